@@ -1,0 +1,50 @@
+# The README's commands: `make demo` and `make test` each set up what they need.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.rbs-setup
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint typecheck unit proto proto-check bench clean-venv system-deps
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.lock
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+# Debian packages some tests need (real Bazel for the interop tests).
+system-deps:
+	@command -v bazel >/dev/null 2>&1 || { \
+	  echo "installing Debian's bazel-bootstrap for the Bazel interop tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bazel-bootstrap >/dev/null) \
+	  || echo "warning: could not install bazel-bootstrap; Bazel interop tests will be skipped"; }
+
+demo: setup
+	$(VENV)/bin/rbs --version
+
+proto: setup
+	$(PY) scripts/gen_proto.py
+
+proto-check: setup
+	$(PY) scripts/gen_proto.py --check
+
+lint: setup
+	$(VENV)/bin/ruff format --check rbs tests bench scripts
+	$(VENV)/bin/ruff check rbs tests bench scripts
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test: setup system-deps proto-check lint typecheck unit
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,5 @@
+"""`python -m rbs` runs the command line."""
+
+from rbs.cli.main import main
+
+main()
