@@ -1,0 +1,1 @@
+"""The content-addressed store: digests, blob stores, Merkle trees, materialization, eviction."""
