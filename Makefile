@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.lock
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	@touch $(STAMP)
 
 # Debian packages some tests need (real Bazel for the interop tests).
