@@ -1,0 +1,1 @@
+"""The worker: leases, sandboxes, action runner, job runner, log shipping."""

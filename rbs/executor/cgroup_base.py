@@ -1,0 +1,304 @@
+"""What every cgroup backend offers a job: limits in, a group to join, kill, usage out.
+
+A backend (v1, v2, hybrid, none) is detected once per worker by `rbs.executor.cgroups`.
+For each job it creates one `JobCgroup`; the job process joins it before it execs,
+the runner kills through it and reads peak memory, OOM kills and cpu time from it, and
+removes it when the job has ended. All file access goes through `CgroupFs` so that the
+writing logic is tested against a plain folder that stands in for /sys/fs/cgroup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import secrets
+import signal
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# The kernel needs a moment to tear down killed tasks before a group can be removed;
+# this bounds how long `remove()` waits for that.
+REMOVE_WAIT_S = 5.0
+
+
+class CgroupError(Exception):
+    """A cgroup could not be created, configured, joined or read."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Resource limits for one job; None means unlimited."""
+
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    pids_max: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.cpus is not None and not self.cpus > 0:
+            raise ValueError(f"cpus must be > 0 (got {self.cpus}); leave it unset for no cpu limit")
+        if self.memory_bytes is not None and self.memory_bytes < 1 << 20:
+            raise ValueError(
+                f"memory limit {self.memory_bytes} bytes is below 1 MiB; "
+                "give the limit in bytes, e.g. 67108864 for 64 MiB"
+            )
+        if self.pids_max is not None and self.pids_max < 1:
+            raise ValueError(f"pids_max must be >= 1 (got {self.pids_max})")
+
+    def cpu_quota_us(self, period_us: int) -> int:
+        """The CFS quota for `cpus` over one period; the kernel refuses less than 1 ms."""
+        assert self.cpus is not None
+        return max(1000, round(self.cpus * period_us))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """What a job used, as far as the backend can tell; None where it cannot."""
+
+    peak_memory_bytes: int | None = None
+    oom_kills: int = 0
+    cpu_time_s: float | None = None
+
+
+class CgroupFs:
+    """File access to a cgroup filesystem; tests subclass it to emulate the kernel."""
+
+    def mkdir(self, path: Path) -> None:
+        path.mkdir()
+
+    def rmdir(self, path: Path) -> None:
+        path.rmdir()
+
+    def exists(self, path: Path) -> bool:
+        return path.exists()
+
+    def read(self, path: Path) -> str:
+        try:
+            return path.read_text()
+        except OSError as e:
+            raise CgroupError(f"cannot read {path}: {e.strerror or e}") from e
+
+    def write(self, path: Path, value: str) -> None:
+        # cgroupfs takes one value per write(2), so write it whole in a single call.
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except OSError as e:
+            raise CgroupError(
+                f"cannot open {path} to write {value!r}: {e.strerror or e}", e.errno
+            ) from e
+        try:
+            os.write(fd, value.encode())
+        except OSError as e:
+            raise CgroupError(
+                f"cannot write {value!r} to {path}: {e.strerror or e}", e.errno
+            ) from e
+        finally:
+            os.close(fd)
+
+    def pids(self, group: Path) -> set[int]:
+        """The processes in a group (missing group: none)."""
+        try:
+            text = (group / "cgroup.procs").read_text()
+        except FileNotFoundError:
+            return set()
+        except OSError as e:
+            raise CgroupError(f"cannot list processes of {group}: {e.strerror or e}") from e
+        return {int(p) for p in text.split()}
+
+
+def read_keyed(fs: CgroupFs, path: Path) -> dict[str, int]:
+    """Parse a flat keyed file such as memory.events or cpu.stat ("key value" lines)."""
+    out: dict[str, int] = {}
+    for line in fs.read(path).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def read_int(fs: CgroupFs, path: Path) -> int | None:
+    """An integer file, or None when it does not exist on this kernel."""
+    if not fs.exists(path):
+        return None
+    text = fs.read(path).strip()
+    return int(text) if text.isdigit() else None
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def group_name(key: str) -> str:
+    """A unique, filesystem-safe group name for a job key such as "job-12.3.a1"."""
+    safe = _UNSAFE.sub("_", key).strip("._")[:64] or "job"
+    # Random suffix: two workers (or two tests) on one host may run the same job key.
+    return f"{safe}-{secrets.token_hex(4)}"
+
+
+def make_group(fs: CgroupFs, path: Path) -> None:
+    """Create `path` (its parent, rbs's base group, is created on first use)."""
+    try:
+        if not fs.exists(path.parent):
+            with contextlib.suppress(FileExistsError):
+                fs.mkdir(path.parent)
+        fs.mkdir(path)
+    except OSError as e:
+        raise CgroupError(f"cannot create cgroup {path}: {e.strerror or e}") from e
+
+
+def kill_pids(fs: CgroupFs, groups: list[Path], sig: int) -> int:
+    """Signal every process in `groups`; returns how many were signalled."""
+    sent = 0
+    for pid in set().union(*(fs.pids(g) for g in groups)) if groups else set():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+            sent += 1
+    return sent
+
+
+def remove_groups(fs: CgroupFs, groups: list[Path], kill: bool = True) -> None:
+    """Remove groups once empty, SIGKILLing leftovers; waits at most REMOVE_WAIT_S."""
+    deadline = time.monotonic() + REMOVE_WAIT_S
+    pending = [g for g in groups if fs.exists(g)]
+    delay = 0.001
+    while pending:
+        if kill:
+            kill_pids(fs, pending, signal.SIGKILL)
+        still: list[Path] = []
+        for g in pending:
+            try:
+                fs.rmdir(g)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    raise CgroupError(f"cannot remove cgroup {g}: {e.strerror or e}") from e
+                still.append(g)
+        pending = still
+        if pending:
+            if time.monotonic() > deadline:
+                raise CgroupError(
+                    f"cgroups {', '.join(map(str, pending))} still hold processes after "
+                    f"{REMOVE_WAIT_S:.0f}s; remove them by hand once those exit"
+                )
+            # Killed tasks leave the group asynchronously; nothing to wait on in v1.
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+class JobCgroup(ABC):
+    """One job's cgroup (possibly one directory per v1 hierarchy)."""
+
+    description: str
+    notes: tuple[str, ...]
+
+    @abstractmethod
+    def procs_files(self) -> tuple[Path, ...]:
+        """The cgroup.procs files a new process writes its pid to, in order."""
+
+    def join(self, pid: int) -> None:
+        for f in self.procs_files():
+            self.fs.write(f, str(pid))
+
+    @property
+    @abstractmethod
+    def fs(self) -> CgroupFs: ...
+
+    @abstractmethod
+    def pids(self) -> set[int]:
+        """Every process still in the group."""
+
+    @abstractmethod
+    def signal(self, sig: int) -> int:
+        """Send `sig` to every process in the group; returns how many got it."""
+
+    def kill(self) -> None:
+        """SIGKILL the whole group."""
+        self.signal(signal.SIGKILL)
+
+    @abstractmethod
+    def usage(self) -> Usage: ...
+
+    @abstractmethod
+    def remove(self) -> None:
+        """Kill what is left and remove the group."""
+
+
+class CgroupBackend(ABC):
+    """Creates one `JobCgroup` per job under rbs's base group."""
+
+    name: str
+
+    @abstractmethod
+    def create(self, key: str, limits: Limits) -> JobCgroup:
+        """Create and configure a group for the job `key`; raises CgroupError."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line for logs: the kind of backend and where it creates groups."""
+
+
+class NullCgroup(JobCgroup):
+    """No cgroup: limits are not enforced and usage comes from rusage instead."""
+
+    def __init__(self, reason: str, notes: tuple[str, ...] = ()) -> None:
+        self.description = f"none ({reason})"
+        self.notes = notes
+        self._fs = CgroupFs()
+
+    @property
+    def fs(self) -> CgroupFs:
+        return self._fs
+
+    def procs_files(self) -> tuple[Path, ...]:
+        return ()
+
+    def pids(self) -> set[int]:
+        return set()
+
+    def signal(self, sig: int) -> int:
+        return 0
+
+    def usage(self) -> Usage:
+        return Usage()
+
+    def remove(self) -> None:
+        pass
+
+
+class NullBackend(CgroupBackend):
+    """The fallback when no cgroup hierarchy is usable; says why."""
+
+    name = "none"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def create(self, key: str, limits: Limits) -> JobCgroup:
+        return NullCgroup(self.reason, unlimited_notes(limits, set(), "no cgroup"))
+
+    def describe(self) -> str:
+        return f"none: {self.reason}"
+
+
+def unlimited_notes(limits: Limits, have: set[str], why: str = "") -> tuple[str, ...]:
+    """Notes for limits that were asked for but that no available controller enforces."""
+    asked = {
+        "memory": limits.memory_bytes is not None,
+        "cpu": limits.cpus is not None,
+        "pids": limits.pids_max is not None,
+    }
+    return tuple(
+        f"{c} limit not enforced: {why or f'no {c} controller available'}"
+        for c, wanted in asked.items()
+        if wanted and c not in have
+    )

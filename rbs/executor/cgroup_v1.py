@@ -1,0 +1,131 @@
+"""cgroup v1: one group per job in each controller's hierarchy (memory, cpu, cpuacct, pids).
+
+Each hierarchy's group sits under the worker's own group in that hierarchy (for memory
+on these hosts that is e.g. /process_api/<id>), so a job's limits nest inside the
+worker's. Memory is limited with memsw as well, so that hitting the limit is a real
+OOM kill rather than swapping, and OOM kills are read from memory.oom_control.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from rbs.executor.cgroup_base import (
+    CgroupBackend,
+    CgroupError,
+    CgroupFs,
+    JobCgroup,
+    Limits,
+    Usage,
+    group_name,
+    kill_pids,
+    make_group,
+    read_int,
+    read_keyed,
+    remove_groups,
+    unlimited_notes,
+)
+
+log = logging.getLogger(__name__)
+
+CPU_PERIOD_US = 100_000
+CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
+
+
+class V1Cgroup(JobCgroup):
+    """One job's groups, keyed by controller (co-mounted controllers share a path)."""
+
+    def __init__(self, fs: CgroupFs, groups: Mapping[str, Path], notes: tuple[str, ...]) -> None:
+        self._fs = fs
+        self.groups = dict(groups)
+        self.notes = notes
+        self.description = "v1 " + " ".join(f"{c}:{p}" for c, p in sorted(self.groups.items()))
+
+    @property
+    def fs(self) -> CgroupFs:
+        return self._fs
+
+    def _dirs(self) -> list[Path]:
+        return sorted(set(self.groups.values()))
+
+    def procs_files(self) -> tuple[Path, ...]:
+        return tuple(d / "cgroup.procs" for d in self._dirs())
+
+    def pids(self) -> set[int]:
+        return set().union(*(self._fs.pids(d) for d in self._dirs()))
+
+    def signal(self, sig: int) -> int:
+        # v1 has no cgroup.kill; a process forking meanwhile is caught by the caller's
+        # repeated rounds, since its child lands in the same group.
+        return kill_pids(self._fs, self._dirs(), sig)
+
+    def usage(self) -> Usage:
+        peak = None
+        oom = 0
+        mem = self.groups.get("memory")
+        if mem is not None:
+            peak = read_int(self._fs, mem / "memory.max_usage_in_bytes")
+            oom_control = mem / "memory.oom_control"
+            if self._fs.exists(oom_control):
+                oom = read_keyed(self._fs, oom_control).get("oom_kill", 0)
+        cpu = None
+        acct = self.groups.get("cpuacct")
+        if acct is not None:
+            ns = read_int(self._fs, acct / "cpuacct.usage")
+            cpu = None if ns is None else ns / 1e9
+        return Usage(peak_memory_bytes=peak, oom_kills=oom, cpu_time_s=cpu)
+
+    def remove(self) -> None:
+        remove_groups(self._fs, self._dirs())
+
+
+class V1Backend(CgroupBackend):
+    """Creates job groups under `bases[controller]` (rbs's base group per hierarchy)."""
+
+    name = "v1"
+
+    def __init__(self, bases: Mapping[str, Path], fs: CgroupFs | None = None) -> None:
+        unknown = set(bases) - set(CONTROLLERS)
+        if unknown:
+            raise ValueError(f"unsupported v1 controllers {sorted(unknown)}; use {CONTROLLERS}")
+        self.bases = dict(bases)
+        self.fs = fs or CgroupFs()
+
+    def describe(self) -> str:
+        return "cgroup v1 " + " ".join(f"{c}:{p}" for c, p in sorted(self.bases.items()))
+
+    def create(self, key: str, limits: Limits) -> V1Cgroup:
+        name = group_name(key)
+        groups = {c: base / name for c, base in self.bases.items()}
+        made: list[Path] = []
+        try:
+            for path in sorted(set(groups.values())):
+                make_group(self.fs, path)
+                made.append(path)
+            configure_v1(self.fs, groups, limits)
+        except CgroupError:
+            with contextlib.suppress(CgroupError):
+                remove_groups(self.fs, made)
+            raise
+        return V1Cgroup(self.fs, groups, unlimited_notes(limits, set(groups)))
+
+
+def configure_v1(fs: CgroupFs, groups: Mapping[str, Path], limits: Limits) -> None:
+    """Write the limits into each controller's group."""
+    mem = groups.get("memory")
+    if limits.memory_bytes is not None and mem is not None:
+        # limit_in_bytes first: memsw may never be below it.
+        fs.write(mem / "memory.limit_in_bytes", str(limits.memory_bytes))
+        memsw = mem / "memory.memsw.limit_in_bytes"
+        if fs.exists(memsw):
+            fs.write(memsw, str(limits.memory_bytes))
+    cpu = groups.get("cpu")
+    if limits.cpus is not None and cpu is not None:
+        fs.write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+        fs.write(cpu / "cpu.cfs_quota_us", str(limits.cpu_quota_us(CPU_PERIOD_US)))
+    pids = groups.get("pids")
+    if limits.pids_max is not None and pids is not None:
+        fs.write(pids / "pids.max", str(limits.pids_max))

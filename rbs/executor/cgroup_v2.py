@@ -1,0 +1,180 @@
+"""cgroup v2 (unified): one group per job with memory.max, cpu.max, pids.max, cgroup.kill.
+
+Also used without controllers on hybrid hosts, where the v2 group only tracks the
+job's processes and kills them all at once; the limits then come from v1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import signal
+from pathlib import Path
+
+from rbs.executor.cgroup_base import (
+    CgroupBackend,
+    CgroupError,
+    CgroupFs,
+    JobCgroup,
+    Limits,
+    Usage,
+    group_name,
+    kill_pids,
+    make_group,
+    read_int,
+    read_keyed,
+    remove_groups,
+    unlimited_notes,
+)
+
+log = logging.getLogger(__name__)
+
+CPU_PERIOD_US = 100_000
+WANTED = ("cpu", "memory", "pids")
+# The leaf a worker moves itself into so that its own group may delegate controllers
+# ("no internal processes": a group with controllers enabled for its children holds no
+# processes itself).
+WORKER_LEAF = "rbs-worker"
+BASE = "rbs"
+
+
+class V2Cgroup(JobCgroup):
+    """One v2 group; `controllers` are those enabled for it by its parent."""
+
+    def __init__(
+        self, fs: CgroupFs, path: Path, controllers: frozenset[str], notes: tuple[str, ...] = ()
+    ) -> None:
+        self._fs = fs
+        self.path = path
+        self.controllers = controllers
+        self.notes = notes
+        enabled = ",".join(sorted(controllers)) or "no controllers"
+        self.description = f"v2 {path} ({enabled})"
+
+    @property
+    def fs(self) -> CgroupFs:
+        return self._fs
+
+    def procs_files(self) -> tuple[Path, ...]:
+        return (self.path / "cgroup.procs",)
+
+    def pids(self) -> set[int]:
+        return self._fs.pids(self.path)
+
+    def signal(self, sig: int) -> int:
+        kill_file = self.path / "cgroup.kill"
+        if sig == signal.SIGKILL and self._fs.exists(kill_file):
+            # cgroup.kill (5.14+) kills the whole tree atomically, even a fork bomb.
+            count = len(self.pids())
+            self._fs.write(kill_file, "1")
+            return count
+        return kill_pids(self._fs, [self.path], sig)
+
+    def populated(self) -> bool:
+        events = self.path / "cgroup.events"
+        if not self._fs.exists(events):
+            return bool(self.pids())
+        return read_keyed(self._fs, events).get("populated", 0) == 1
+
+    def usage(self) -> Usage:
+        peak = (
+            read_int(self._fs, self.path / "memory.peak") if "memory" in self.controllers else None
+        )
+        oom = 0
+        events = self.path / "memory.events"
+        if "memory" in self.controllers and self._fs.exists(events):
+            oom = read_keyed(self._fs, events).get("oom_kill", 0)
+        cpu = None
+        stat = self.path / "cpu.stat"
+        if self._fs.exists(stat):
+            usec = read_keyed(self._fs, stat).get("usage_usec")
+            cpu = None if usec is None else usec / 1e6
+        return Usage(peak_memory_bytes=peak, oom_kills=oom, cpu_time_s=cpu)
+
+    def remove(self) -> None:
+        remove_groups(self._fs, [self.path])
+
+
+class V2Backend(CgroupBackend):
+    """Creates job groups under `base`, whose children get `controllers`."""
+
+    name = "v2"
+
+    def __init__(self, base: Path, controllers: frozenset[str], fs: CgroupFs | None = None) -> None:
+        self.base = base
+        self.controllers = controllers
+        self.fs = fs or CgroupFs()
+
+    def describe(self) -> str:
+        enabled = ",".join(sorted(self.controllers)) or "no controllers"
+        return f"cgroup v2 under {self.base} ({enabled})"
+
+    def create(self, key: str, limits: Limits) -> V2Cgroup:
+        path = self.base / group_name(key)
+        make_group(self.fs, path)
+        try:
+            configure_v2(self.fs, path, limits, self.controllers)
+        except CgroupError:
+            with contextlib.suppress(CgroupError):
+                remove_groups(self.fs, [path])
+            raise
+        notes = unlimited_notes(limits, set(self.controllers))
+        return V2Cgroup(self.fs, path, self.controllers, notes)
+
+
+def configure_v2(fs: CgroupFs, path: Path, limits: Limits, controllers: frozenset[str]) -> None:
+    """Write the limits a v2 group's controllers can enforce."""
+    if limits.memory_bytes is not None and "memory" in controllers:
+        fs.write(path / "memory.max", str(limits.memory_bytes))
+        # Without this a job under its limit would swap instead of being OOM-killed.
+        swap = path / "memory.swap.max"
+        if fs.exists(swap):
+            fs.write(swap, "0")
+    if limits.cpus is not None and "cpu" in controllers:
+        fs.write(path / "cpu.max", f"{limits.cpu_quota_us(CPU_PERIOD_US)} {CPU_PERIOD_US}")
+    if limits.pids_max is not None and "pids" in controllers:
+        fs.write(path / "pids.max", str(limits.pids_max))
+
+
+def _enable(fs: CgroupFs, group: Path, want: set[str]) -> None:
+    current = set(fs.read(group / "cgroup.subtree_control").split())
+    missing = sorted(want - current)
+    if missing:
+        fs.write(group / "cgroup.subtree_control", " ".join("+" + c for c in missing))
+
+
+def prepare_v2(fs: CgroupFs, own: Path, *, move_self: bool = True) -> V2Backend:
+    """Set up rbs's base group below the worker's own group `own` and enable controllers.
+
+    When `own` still holds the worker (and the kernel refuses to delegate controllers
+    for that reason, EBUSY), the worker moves itself into the leaf `own/rbs-worker`
+    first, as systemd's Delegate=yes expects of a service that manages sub-groups.
+    """
+    available = set(fs.read(own / "cgroup.controllers").split())
+    want = available & set(WANTED)
+    base = own / BASE
+    if want:
+        try:
+            _enable(fs, own, want)
+        except CgroupError as e:
+            if e.errno != errno.EBUSY or not move_self:
+                raise
+            leaf = own / WORKER_LEAF
+            if not fs.exists(leaf):
+                fs.mkdir(leaf)
+            fs.write(leaf / "cgroup.procs", str(os.getpid()))
+            log.info("moved the worker into %s so %s can delegate controllers", leaf, own)
+            _enable(fs, own, want)
+    if not fs.exists(base):
+        try:
+            fs.mkdir(base)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise CgroupError(f"cannot create cgroup {base}: {e.strerror or e}", e.errno) from e
+    if want:
+        _enable(fs, base, want)
+    enabled = set(fs.read(base / "cgroup.subtree_control").split()) if want else set()
+    return V2Backend(base, frozenset(enabled & want), fs)

@@ -1,0 +1,238 @@
+"""A job's numbered log: stdout/stderr/sys lines spooled to a JSON-lines file.
+
+Every line gets the next sequence number and is appended to the spool *before* it is
+handed on, so a worker that lost its connection re-ships `read_from(seq)` with nothing
+lost or repeated. The spool survives a worker restart: reopening it drops a torn last
+record (a crash mid-write) and continues the numbering. Records are one JSON object
+per line with the seq first; JSON escapes newlines, so every newline in the file ends
+a record and `read_from` can binary-search by byte offset instead of scanning.
+"""
+
+from __future__ import annotations
+
+import codecs
+import enum
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+log = logging.getLogger(__name__)
+
+MAX_LINE_CHARS = 16 * 1024
+# Below this many bytes between the bounds, read_from scans instead of bisecting.
+_SCAN_BYTES = 64 * 1024
+
+
+class Stream(enum.Enum):
+    """Where a log line came from."""
+
+    OUT = "out"
+    ERR = "err"
+    SYS = "sys"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogLine:
+    """One numbered line; `eol` is False when the text continues in the next record
+    (a split long line) or the stream ended without a final newline."""
+
+    seq: int
+    time: float
+    stream: Stream
+    text: str
+    eol: bool = True
+
+    def to_json(self) -> str:
+        rec: dict[str, object] = {
+            "seq": self.seq,
+            "t": round(self.time, 6),
+            "s": self.stream.value,
+            "text": self.text,
+        }
+        if not self.eol:
+            rec["eol"] = False
+        return json.dumps(rec, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> LogLine:
+        rec = json.loads(text)
+        return cls(
+            seq=int(rec["seq"]),
+            time=float(rec["t"]),
+            stream=Stream(rec["s"]),
+            text=str(rec["text"]),
+            eol=bool(rec.get("eol", True)),
+        )
+
+
+LogSink = Callable[[Sequence[LogLine]], None]
+"""Receives each batch of lines after it is spooled; called on the runner's thread."""
+
+
+class LogSpoolError(Exception):
+    """A spool file is unreadable or corrupt."""
+
+
+class LogSpool:
+    """The append-only log of one job, safe to append and read from different threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            self._next = self._recover() + 1
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _recover(self) -> int:
+        """Drop a torn final record and return the last complete seq (0 if none)."""
+        size = os.fstat(self._fd).st_size
+        last_nl = self._rfind_newline(size)
+        if last_nl != size - 1:
+            # Bytes after the last newline are a write cut short by a crash.
+            log.warning(
+                "log spool %s: dropping a torn record of %d bytes", self.path, size - last_nl - 1
+            )
+            size = last_nl + 1
+            os.ftruncate(self._fd, size)
+        if size == 0:
+            return 0
+        start = self._rfind_newline(size - 1) + 1
+        record = os.pread(self._fd, size - start, start)
+        try:
+            return LogLine.from_json(record.decode()).seq
+        except (ValueError, KeyError, UnicodeDecodeError) as e:
+            raise LogSpoolError(
+                f"log spool {self.path} ends with a corrupt record at byte {start}: {e}; "
+                "move the file away to start a fresh log"
+            ) from e
+
+    def _rfind_newline(self, end: int) -> int:
+        """Offset of the last newline before `end`, or -1."""
+        pos = end
+        while pos > 0:
+            step = min(pos, 8192)
+            pos -= step
+            i = os.pread(self._fd, step, pos).rfind(b"\n")
+            if i >= 0:
+                return pos + i
+        return -1
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next appended line will get."""
+        with self._lock:
+            return self._next
+
+    def append(
+        self, entries: Iterable[tuple[Stream, str, bool]], now: float | None = None
+    ) -> list[LogLine]:
+        """Number, timestamp and durably hand to the OS a batch of (stream, text, eol)."""
+        t = time.time() if now is None else now
+        with self._lock:
+            lines = []
+            for stream, text, eol in entries:
+                lines.append(LogLine(seq=self._next, time=t, stream=stream, text=text, eol=eol))
+                self._next += 1
+            if lines:
+                data = "".join(line.to_json() + "\n" for line in lines).encode()
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view) :]
+        return lines
+
+    def read_from(self, seq: int, limit: int | None = None) -> list[LogLine]:
+        """Lines with seq >= `seq`, in order, at most `limit` of them."""
+        if seq < 1:
+            raise ValueError(f"log seqs start at 1, got {seq}")
+        with self._lock, open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(_offset_of(f, seq, size))
+            out: list[LogLine] = []
+            for raw in f:
+                if not raw.endswith(b"\n") or (limit is not None and len(out) >= limit):
+                    break
+                line = LogLine.from_json(raw.decode())
+                if line.seq >= seq:
+                    out.append(line)
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __enter__(self) -> LogSpool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _seq_at(raw: bytes) -> int:
+    return LogLine.from_json(raw.decode()).seq
+
+
+def _offset_of(f: IO[bytes], seq: int, size: int) -> int:
+    """A record-start offset at or before the first record with seq >= `seq`."""
+    lo, hi = 0, size
+    while hi - lo > _SCAN_BYTES:
+        mid = (lo + hi) // 2
+        f.seek(mid - 1)
+        f.readline()  # finish the record that straddles mid
+        start = f.tell()
+        if start >= hi:
+            break
+        raw = f.readline()
+        if not raw.endswith(b"\n"):
+            break
+        if _seq_at(raw) < seq:
+            lo = f.tell()
+        else:
+            hi = start
+    return lo
+
+
+class LineSplitter:
+    """Turns a byte stream into (text, eol) lines: UTF-8 with replacement, long lines
+    split at `max_chars`, and a final line without newline kept."""
+
+    def __init__(self, max_chars: int = MAX_LINE_CHARS) -> None:
+        if max_chars < 1:
+            raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+        self.max_chars = max_chars
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buf = ""
+
+    def feed(self, data: bytes) -> list[tuple[str, bool]]:
+        text = self._buf + self._decoder.decode(data)
+        out: list[tuple[str, bool]] = []
+        *complete, rest = text.split("\n")
+        for line in complete:
+            out.extend(self._chunks(line, eol=True))
+        # Keep the unfinished tail, except for whole chunks of an over-long line.
+        n = (len(rest) // self.max_chars) * self.max_chars
+        out.extend((rest[i : i + self.max_chars], False) for i in range(0, n, self.max_chars))
+        self._buf = rest[n:]
+        return out
+
+    def finish(self) -> list[tuple[str, bool]]:
+        text = self._buf + self._decoder.decode(b"", final=True)
+        self._buf = ""
+        return self._chunks(text, eol=False) if text else []
+
+    def _chunks(self, line: str, *, eol: bool) -> list[tuple[str, bool]]:
+        if len(line) <= self.max_chars:
+            return [(line, eol)]
+        parts = [line[i : i + self.max_chars] for i in range(0, len(line), self.max_chars)]
+        return [(p, False) for p in parts[:-1]] + [(parts[-1], eol)]

@@ -1,0 +1,459 @@
+"""Run and supervise one job process: cgroup, process group, time limit, logs, outcome.
+
+How a job starts: a tiny /bin/sh shim is spawned in a new session (its own process
+group) and blocks reading a pipe; the runner writes the shim's pid into the job's
+cgroup(s), then releases it and the shim execs the job. So the job never runs a
+single instruction outside its cgroup, and no Python runs between fork and exec
+(`preexec_fn` is unsafe in a threaded worker).
+
+How it is supervised: one thread runs `JobRunner.run()`, a select loop over the
+job's stdout and stderr pipes, a pidfd that turns readable when the job exits, and a
+wake-up pipe that `kill()` writes to from any thread. Each read is split into lines,
+spooled, then handed to the sink. On a time limit, cancel or peer ending, the whole
+process group and cgroup get SIGTERM, then SIGKILL after the grace period. When the
+main process ends, whatever is left of the job is killed.
+
+asyncio callers await `run_async()`, which runs `run()` on a thread of its own and
+cancels the job if the awaiting task is cancelled. The sink is called on the runner
+thread; an asyncio worker forwards with `loop.call_soon_threadsafe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import select
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from rbs.executor import procs
+from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, NullCgroup
+from rbs.executor.joblog import LineSplitter, LogLine, LogSink, LogSpool, Stream
+from rbs.executor.jobspec import JobOutcome, JobSpec, KillReason, RunState
+from rbs.executor.outputs import collect_outputs
+
+log = logging.getLogger(__name__)
+
+# The shim: wait for the go-ahead on stdin (EOF means the runner gave up), then give
+# the job /dev/null as its stdin and exec it.
+SHIM = 'read -r _ || exit 125; exec </dev/null; exec "$@"'
+READ_CHUNK = 64 * 1024
+# After the job's processes are gone, how long to keep reading output that a process
+# outside the job (one that escaped its process group) may still hold open.
+DRAIN_S = 2.0
+
+
+class JobRunner:
+    """Runs one `JobSpec` once. `run()` blocks; `kill()`/`cancel()` may come from any thread."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        *,
+        spool: LogSpool,
+        backend: CgroupBackend,
+        sink: LogSink | None = None,
+        hostname: str | None = None,
+    ) -> None:
+        self.spec = spec
+        self.spool = spool
+        self.backend = backend
+        self.sink = sink
+        self.hostname = hostname or socket.gethostname()
+        self.pid: int | None = None
+        self._lock = threading.Lock()
+        self._request: tuple[KillReason, str] | None = None
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._ran = False
+
+    # ---- control, from any thread -------------------------------------------------
+
+    def kill(self, reason: KillReason = KillReason.CANCELLED, message: str = "") -> None:
+        """End the job: SIGTERM, then SIGKILL after the grace period. The first reason wins."""
+        with self._lock:
+            if self._request is None:
+                self._request = (reason, message or reason.value)
+            if self._wake_w >= 0:
+                with contextlib.suppress(BlockingIOError):  # pipe full: already woken
+                    os.write(self._wake_w, b"k")
+
+    def cancel(self) -> None:
+        self.kill(KillReason.CANCELLED)
+
+    async def run_async(self) -> JobOutcome:
+        """`run()` on its own thread; cancelling the awaiting task cancels the job."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[JobOutcome] = loop.create_future()
+
+        def settle(result: JobOutcome | None, error: BaseException | None) -> None:
+            if fut.done():
+                return
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                assert result is not None
+                fut.set_result(result)
+
+        def target() -> None:
+            try:
+                outcome = self.run()
+            except BaseException as e:
+                loop.call_soon_threadsafe(settle, None, e)
+            else:
+                loop.call_soon_threadsafe(settle, outcome, None)
+
+        threading.Thread(target=target, name=f"job-{self.spec.key}", daemon=True).start()
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
+    # ---- logging -----------------------------------------------------------------
+
+    def _emit(self, entries: list[tuple[Stream, str, bool]]) -> list[LogLine]:
+        lines = self.spool.append(entries)
+        if lines and self.sink is not None:
+            try:
+                self.sink(lines)
+            except Exception:
+                # The spool already holds the lines; the worker can re-ship from it.
+                log.exception("log sink failed for job %s", self.spec.key)
+        return lines
+
+    def _sys(self, text: str) -> None:
+        self._emit([(Stream.SYS, text, True)])
+
+    # ---- the run -----------------------------------------------------------------
+
+    def run(self) -> JobOutcome:
+        """Start the job, supervise it to the end, clean up, and say how it went."""
+        if self._ran:
+            raise RuntimeError(f"job {self.spec.key}: a JobRunner runs its job only once")
+        self._ran = True
+        try:
+            return self._run()
+        finally:
+            with self._lock:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
+
+    def _fail(self, error: str, cgroup: str = "") -> JobOutcome:
+        self._sys(f"cannot start the job: {error}")
+        return JobOutcome(state=RunState.FAILED, ended_at=time.time(), error=error, cgroup=cgroup)
+
+    def _run(self) -> JobOutcome:
+        spec = self.spec
+        task = f" task {spec.task_id}" if spec.task_id is not None else ""
+        self._sys(
+            f"job {spec.job_id}{task} attempt {spec.attempt} on host {self.hostname}: "
+            f"running {shlex.join(spec.argv)} in {spec.workdir}"
+        )
+        with self._lock:
+            early = self._request
+        if early is not None:
+            self._sys(f"{early[1]} before the job started; not starting it")
+            return JobOutcome(state=RunState.CANCELLED, kill_reason=early[0], ended_at=time.time())
+        problem = self._precheck()
+        if problem is not None:
+            return self._fail(problem)
+        try:
+            cgroup: JobCgroup = self.backend.create(spec.key, spec.limits())
+        except CgroupError as e:
+            cgroup = NullCgroup(f"creating it failed: {e}")
+        if isinstance(cgroup, NullCgroup):
+            self._sys(f"running without a cgroup: {cgroup.description[6:-1]}")
+        else:
+            self._sys(f"cgroup: {cgroup.description}")
+        for note in cgroup.notes:
+            self._sys(note)
+        self._sys(_limits_line(spec))
+        try:
+            return self._supervise(cgroup)
+        finally:
+            try:
+                cgroup.remove()
+            except CgroupError as e:
+                log.warning("job %s: %s", spec.key, e)
+                self._sys(f"could not remove the job's cgroup: {e}")
+
+    def _precheck(self) -> str | None:
+        spec = self.spec
+        if not spec.workdir.is_dir():
+            return f"work folder {spec.workdir} does not exist or is not a folder"
+        cmd = spec.argv[0]
+        env_path = spec.env.get("PATH", os.defpath)
+        if "/" in cmd:
+            exe = cmd if os.path.isabs(cmd) else os.path.join(spec.workdir, cmd)
+            if not os.path.isfile(exe):
+                return f"program {cmd!r} not found (looked for {exe})"
+            if not os.access(exe, os.X_OK):
+                return (
+                    f"program {cmd!r} is not executable; chmod +x it or run it via its interpreter"
+                )
+        elif shutil.which(cmd, path=_abs_path(env_path, spec.workdir)) is None:
+            return f"program {cmd!r} not found on the job's PATH ({env_path})"
+        return None
+
+    def _launch(self, cgroup: JobCgroup) -> tuple[subprocess.Popen[bytes] | None, str | None]:
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", SHIM, "rbs-job", *self.spec.argv],
+                stdin=go_r,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.spec.workdir,
+                env=self.spec.final_env(),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as e:
+            os.close(go_w)
+            return None, f"cannot spawn the job: {e}"
+        finally:
+            os.close(go_r)
+        try:
+            cgroup.join(proc.pid)
+        except CgroupError as e:
+            os.close(go_w)  # the shim sees EOF and exits without running the job
+            proc.wait()
+            _close_pipes(proc)
+            return None, f"cannot move the job into its cgroup: {e}"
+        os.write(go_w, b"go\n")
+        os.close(go_w)
+        return proc, None
+
+    def _supervise(self, cgroup: JobCgroup) -> JobOutcome:
+        spec = self.spec
+        proc, error = self._launch(cgroup)
+        if proc is None:
+            assert error is not None
+            return self._fail(error, cgroup.description)
+        started_at = time.time()
+        start = time.monotonic()
+        self.pid = pid = proc.pid
+        self._sys(f"started pid {pid} (process group {pid})")
+        assert proc.stdout is not None and proc.stderr is not None
+        streams = {
+            proc.stdout.fileno(): (Stream.OUT, LineSplitter(spec.max_line_chars)),
+            proc.stderr.fileno(): (Stream.ERR, LineSplitter(spec.max_line_chars)),
+        }
+        try:
+            pidfd: int | None = os.pidfd_open(pid)
+        except OSError:
+            pidfd = None  # kernels before 5.3: poll with waitpid instead
+        poller = select.poll()
+        for fd in [*streams, self._wake_r, *([pidfd] if pidfd is not None else [])]:
+            poller.register(fd, select.POLLIN)
+        reason: KillReason | None = None
+        term_at: float | None = None
+        killed = False
+        status = rusage = None
+        limit_at = start + spec.time_limit_s if spec.time_limit_s is not None else None
+        while status is None:
+            now = time.monotonic()
+            with self._lock:
+                request = self._request
+            if reason is None and request is not None:
+                reason = request[0]
+                self._terminate(cgroup, pid, request[1])
+                term_at = now
+            elif reason is None and limit_at is not None and now >= limit_at:
+                reason = KillReason.TIME_LIMIT
+                self._terminate(cgroup, pid, f"time limit of {_secs(spec.time_limit_s)} reached")
+                term_at = now
+            if term_at is not None and not killed and now >= term_at + spec.grace_s:
+                self._sys(f"grace period of {_secs(spec.grace_s)} over: sending SIGKILL")
+                _kill_all(cgroup, pid, signal.SIGKILL)
+                killed = True
+            wakes = [limit_at] if limit_at is not None and reason is None else []
+            if term_at is not None and not killed:
+                wakes.append(term_at + spec.grace_s)
+            timeout = max(0.0, min(wakes) - now) if wakes else None
+            if pidfd is None:
+                timeout = 0.05 if timeout is None else min(timeout, 0.05)
+            events = poller.poll(None if timeout is None else timeout * 1000 + 1)
+            for fd, _ in events:
+                if fd in streams:
+                    if not self._pump(fd, streams):
+                        poller.unregister(fd)
+                elif fd == self._wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+            waited, raw, ru = os.wait4(pid, os.WNOHANG)
+            if waited == pid:
+                status, rusage = raw, ru
+        ended_mono = time.monotonic()
+        if pidfd is not None:
+            os.close(pidfd)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        self._pump_ready(streams, poller)
+        leftovers = len(cgroup.pids()) or len(procs.group_members(pid))
+        _kill_all(cgroup, pid, signal.SIGKILL)
+        if leftovers:
+            self._sys(f"killed {leftovers} process(es) left running when the main process ended")
+        self._drain(streams, poller)
+        _close_pipes(proc)
+        procs.wait_group_gone(pid)
+        usage = cgroup.usage()
+        peak = usage.peak_memory_bytes
+        cpu = usage.cpu_time_s
+        if peak is None and rusage is not None:
+            peak = rusage.ru_maxrss * 1024  # KiB; the main process and its reaped children
+        if cpu is None and rusage is not None:
+            cpu = rusage.ru_utime + rusage.ru_stime
+        code = os.waitstatus_to_exitcode(status)
+        exit_code, sig = (code, None) if code >= 0 else (None, -code)
+        if usage.oom_kills:
+            limit = f" (memory limit {spec.memory_bytes} bytes)" if spec.memory_bytes else ""
+            self._sys(f"out of memory: the kernel killed {usage.oom_kills} process(es){limit}")
+        state = _state(reason, usage.oom_kills, code)
+        ended_at = time.time()
+        self._sys(
+            ("exited with code " + str(exit_code)) if sig is None else f"killed by {_signame(sig)}"
+        )
+        outputs = None
+        if spec.outputs:
+            outputs = collect_outputs(spec.workdir, spec.outputs)
+            for miss in outputs.missing:
+                self._sys(f"declared output {miss!r} was not created")
+            for rej in outputs.rejected:
+                self._sys(f"output refused: {rej.reason}")
+        peak_text = "unknown" if peak is None else f"{peak} bytes"
+        cpu_text = "unknown" if cpu is None else f"{cpu:.3f}s"
+        self._sys(
+            f"ended {state.value}: peak memory {peak_text}, cpu {cpu_text}, "
+            f"wall {ended_mono - start:.3f}s"
+        )
+        return JobOutcome(
+            state=state,
+            exit_code=exit_code,
+            signal=sig,
+            kill_reason=reason,
+            peak_memory_bytes=peak,
+            oom_kills=usage.oom_kills,
+            cpu_time_s=cpu,
+            started_at=started_at,
+            ended_at=ended_at,
+            cgroup=cgroup.description,
+            outputs=outputs,
+        )
+
+    def _terminate(self, cgroup: JobCgroup, pid: int, why: str) -> None:
+        if self.spec.grace_s > 0:
+            self._sys(
+                f"{why}: sending SIGTERM to the job's processes; "
+                f"SIGKILL follows in {_secs(self.spec.grace_s)}"
+            )
+            _kill_all(cgroup, pid, signal.SIGTERM)
+        else:
+            self._sys(f"{why}: sending SIGKILL to the job's processes (no grace period)")
+
+    def _pump(self, fd: int, streams: dict[int, tuple[Stream, LineSplitter]]) -> bool:
+        """Read one chunk from a job pipe and log its lines; False at EOF."""
+        stream, splitter = streams[fd]
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return True
+        if data:
+            self._emit([(stream, text, eol) for text, eol in splitter.feed(data)])
+            return True
+        self._emit([(stream, text, eol) for text, eol in splitter.finish()])
+        del streams[fd]
+        return False
+
+    def _pump_ready(
+        self, streams: dict[int, tuple[Stream, LineSplitter]], poller: select.poll
+    ) -> None:
+        """Log what the pipes hold right now, without waiting for more (bounded, since a
+        process left running may keep writing)."""
+        for _ in range(64):
+            events = poller.poll(0) if streams else []
+            if not events:
+                return
+            for fd, _ in events:
+                if fd in streams and not self._pump(fd, streams):
+                    poller.unregister(fd)
+
+    def _drain(self, streams: dict[int, tuple[Stream, LineSplitter]], poller: select.poll) -> None:
+        """Read what is left in the pipes until EOF (bounded: an escaped process may hold them)."""
+        deadline = time.monotonic() + DRAIN_S
+        while streams:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for fd in list(streams):
+                    stream, splitter = streams.pop(fd)
+                    self._emit([(stream, text, eol) for text, eol in splitter.finish()])
+                self._sys(
+                    "stopped reading output: a process outside the job's process group "
+                    "and cgroup still holds its stdout/stderr"
+                )
+                return
+            for fd, _ in poller.poll(left * 1000 + 1):
+                if fd in streams and not self._pump(fd, streams):
+                    poller.unregister(fd)
+
+
+def _kill_all(cgroup: JobCgroup, pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+    try:
+        cgroup.signal(sig)
+    except CgroupError as e:
+        log.warning("signalling cgroup %s: %s", cgroup.description, e)
+
+
+def _state(reason: KillReason | None, oom_kills: int, code: int) -> RunState:
+    if reason is KillReason.TIME_LIMIT:
+        return RunState.TIMEOUT
+    if reason is not None:
+        return RunState.CANCELLED
+    if oom_kills:
+        return RunState.OUT_OF_MEMORY
+    return RunState.COMPLETED if code == 0 else RunState.FAILED
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for f in (proc.stdout, proc.stderr):
+        if f is not None:
+            f.close()
+
+
+def _abs_path(path: str, cwd: Path) -> str:
+    return os.pathsep.join(
+        p if os.path.isabs(p) else str(cwd / (p or ".")) for p in path.split(os.pathsep)
+    )
+
+
+def _secs(s: float | None) -> str:
+    return f"{s:g}s"
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _limits_line(spec: JobSpec) -> str:
+    parts = [
+        f"cpus {spec.cpus:g}" if spec.cpus is not None else "cpus unlimited",
+        f"memory {spec.memory_bytes} bytes" if spec.memory_bytes else "memory unlimited",
+        f"time limit {_secs(spec.time_limit_s)}" if spec.time_limit_s else "no time limit",
+        f"grace {_secs(spec.grace_s)}",
+    ]
+    if spec.gpu_ids is not None:
+        parts.append(f"GPUs {','.join(spec.gpu_ids) or 'none'}")
+    return "limits: " + ", ".join(parts)
