@@ -1,0 +1,110 @@
+"""The analysis result: files, actions and providers, as frozen, hashable domain types."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rbs.build.errors import Location
+from rbs.build.labels import Label
+
+# Generated files live under the same exec-root-relative folder as in Bazel, so that
+# $(location), $@ and $(RULEDIR) expand to the same text and genrule outputs that embed
+# paths are byte-identical to Bazel's.
+BIN_DIR = "bazel-out/k8-fastbuild/bin"
+DEFAULT_PATH = "/bin:/usr/bin:/usr/local/bin"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class File:
+    """A source or generated file, named by its path relative to the exec root."""
+
+    path: str
+    short_path: str
+    is_source: bool
+    owner: str  # label of the target that owns (or generates) the file
+
+    @property
+    def basename(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    def to_starlark(self) -> dict[str, Any]:
+        dirname, _, base = self.path.rpartition("/")
+        ext = base.rpartition(".")[2] if "." in base else ""
+        return {
+            "_f": 1,
+            "path": self.path,
+            "short_path": self.short_path,
+            "basename": base,
+            "dirname": dirname,
+            "extension": ext,
+            "is_source": self.is_source,
+            "owner": self.owner,
+            "root": "" if self.is_source else BIN_DIR,
+        }
+
+    @classmethod
+    def from_starlark(cls, d: Mapping[str, Any]) -> File:
+        return cls(
+            path=str(d["path"]),
+            short_path=str(d["short_path"]),
+            is_source=bool(d["is_source"]),
+            owner=str(d["owner"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionSpec:
+    """One action of the graph: a command (or a file write/copy) with its inputs and outputs.
+
+    `kind` is "run" (a process; becomes a REAPI Action), "write" (bytes from analysis) or
+    "copy" (an output that is a byte copy of one input, e.g. sh_binary's script).
+    """
+
+    kind: str
+    mnemonic: str
+    owner: Label
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
+    argv: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    # Extra input-root paths that are copies of an input (runfiles trees of tools).
+    links: tuple[tuple[str, str], ...] = ()
+    working_directory: str = ""
+    content: bytes = b""
+    executable_outputs: tuple[str, ...] = ()
+    progress: str = ""
+    is_test: bool = False
+
+    def describe(self) -> str:
+        return self.progress or f"{self.mnemonic} {self.owner}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetInfo:
+    """What analysis knows about one target: its outputs and providers."""
+
+    label: Label
+    kind: str
+    files: tuple[File, ...]
+    executable: File | None = None
+    runfiles: tuple[File, ...] = ()
+    is_test: bool = False
+    location: Location | None = None
+    deps: tuple[Label, ...] = ()
+    # Providers other than DefaultInfo, as plain data (JSON-like), keyed by provider key.
+    providers: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionGraph:
+    """All actions needed for some targets, plus every analysed target's info."""
+
+    actions: tuple[ActionSpec, ...]
+    targets: Mapping[Label, TargetInfo]
+    workspace_name: str = "__main__"
+
+    def producer(self) -> dict[str, int]:
+        """Output path -> index of the action that creates it."""
+        return {out: i for i, a in enumerate(self.actions) for out in a.outputs}

@@ -1,0 +1,360 @@
+"""Loading: evaluate BUILD files and `.rbs` modules with starlark-pyo3 into packages."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import starlark as sl
+
+from rbs.build.errors import (
+    BuildError,
+    Location,
+    call_site,
+    location_from_starlark,
+    starlark_message,
+)
+from rbs.build.labels import RBS_REPO, Label, parse_label, parse_load_label
+from rbs.build.prelude import BUILD_PRELUDE, BUILTINS_MODULE, PRELUDE, RBS_PRELUDE
+from rbs.build.rules import AttrSpec, Package, RuleClass, Target, check_attrs
+from rbs.build.workspace import Workspace, glob, missing_package, package_files
+
+log = logging.getLogger(__name__)
+
+GLOBALS = sl.Globals.extended_by(
+    [
+        sl.LibraryExtension.StructType,
+        sl.LibraryExtension.Print,
+        sl.LibraryExtension.Json,
+        sl.LibraryExtension.CallStack,
+    ]
+)
+RBS_DIALECT = sl.Dialect.extended()
+RBS_DIALECT.enable_f_strings = True
+BUILD_DIALECT = sl.Dialect.standard()
+BUILD_DIALECT.enable_def = False
+BUILD_DIALECT.enable_lambda = False
+_ASSIGN = re.compile(r"^([A-Za-z_]\w*)\s*=\s*(rule|provider)\s*\(", re.MULTILINE)
+_PRELUDE_AST: Any = None
+
+
+def _prelude_ast() -> Any:
+    global _PRELUDE_AST
+    if _PRELUDE_AST is None:
+        _PRELUDE_AST = sl.parse("<rbs prelude>", PRELUDE, RBS_DIALECT)
+    return _PRELUDE_AST
+
+
+def display_path(label: Label) -> str:
+    """How a file is named in messages: workspace-relative, or @rbs//... for shipped rules."""
+    return f"@{label.repo}//{label.path}" if label.repo else label.path
+
+
+class Loader:
+    """Loads packages and `.rbs` modules; caches both for the life of the process."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.modules: dict[Label, Any] = {}  # label -> starlark FrozenModule
+        self.rules: dict[str, RuleClass] = {}
+        self.providers: dict[str, str] = {}  # provider key -> exported name
+        self.packages: dict[str, Package] = {}
+        self.files_read: dict[str, Path] = {}  # display path -> file (for the state cache)
+        self.globbed: set[str] = set()  # packages whose folder listing was used
+        self._loading: list[Label] = []
+        self._current: Package | None = None
+        self._pending_rules: dict[Label, list[str]] = {}
+        self._pending_providers: dict[Label, list[str]] = {}
+        self._file_lists: dict[str, list[str]] = {}
+        self.inner_error: BuildError | None = None
+        # Set by the analyser while a rule implementation runs.
+        self.impl_hooks: dict[str, Callable[..., Any]] = {}
+
+    # -- modules ---------------------------------------------------------------------
+
+    def _read(self, label: Label) -> str:
+        path = self.ws.repo_root(label.repo) / label.path
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"cannot load {label}: no file {display_path(label)}") from None
+        self.files_read[display_path(label)] = path
+        return text
+
+    def _file_loader(self, requester: Label) -> Any:
+        def load(module_id: str) -> Any:
+            try:
+                lab = parse_load_label(module_id, package=requester.package, repo=requester.repo)
+            except ValueError as e:
+                raise ValueError(str(e)) from None
+            return self.module(lab)
+
+        return sl.FileLoader(load)
+
+    def module(self, label: Label) -> Any:
+        """The frozen module of a `.rbs` file, evaluated once per process."""
+        cached = self.modules.get(label)
+        if cached is not None:
+            return cached
+        if label in self._loading:
+            chain = " -> ".join(
+                str(x) for x in [*self._loading[self._loading.index(label) :], label]
+            )
+            raise ValueError(f"load cycle: {chain}")
+        self._loading.append(label)
+        try:
+            text = self._read(label)
+            m = sl.Module()
+            self._add_callables(m, label)
+            sl.eval(m, _prelude_ast(), GLOBALS)
+            loader = self._file_loader(label)
+            is_rbs_repo = label.repo == RBS_REPO
+            if (
+                not (is_rbs_repo and label.path == BUILTINS_MODULE.split("//")[1])
+                and not is_rbs_repo
+            ):
+                sl.eval(m, sl.parse("<rbs natives>", RBS_PRELUDE, RBS_DIALECT), GLOBALS, loader)
+            try:
+                ast = sl.parse(display_path(label), text, RBS_DIALECT)
+                sl.eval(m, ast, GLOBALS, loader)
+                self._merge_providers(m, ast, loader)
+            except sl.StarlarkError as e:
+                # Report the error in the loaded file itself, not at the load() line.
+                if self.inner_error is None:
+                    self.inner_error = _to_build_error(str(e), display_path(label))
+                raise ValueError(f"error in {display_path(label)}") from None
+            self._name_rules(label, text)
+            frozen = m.freeze()
+        finally:
+            self._loading.pop()
+        self.modules[label] = frozen
+        return frozen
+
+    def _merge_providers(self, m: Any, ast: Any, loader: Any) -> None:
+        # A rule implementation reads `dep[SomeInfo]`, so its module must know the
+        # constructor of every provider it can name: its own plus those of its loads.
+        loads = [ld.module_id for ld in ast.loads()]
+        if not loads:
+            return
+        lines = [f"load({mid!r}, __rbs_p{i} = 'rbs_providers')" for i, mid in enumerate(loads)]
+        for i in range(len(loads)):
+            lines.append(f"for __k, __v in __rbs_p{i}().items():")
+            lines.append("    if __k not in _PROVIDERS:")
+            lines.append("        _PROVIDERS[__k] = __v")
+        sl.eval(
+            m, sl.parse("<rbs providers>", "\n".join(lines) + "\n", RBS_DIALECT), GLOBALS, loader
+        )
+
+    def _name_rules(self, label: Label, text: str) -> None:
+        # rule() cannot know the name it is assigned to; the assignments in the source do.
+        names = {"rule": [], "provider": []}  # type: dict[str, list[str]]
+        for m in _ASSIGN.finditer(text):
+            names[m.group(2)].append(m.group(1))
+        keys = self._pending_rules.pop(label, [])
+        for i, key in enumerate(keys):
+            kind = names["rule"][i] if len(names["rule"]) == len(keys) else f"rule#{i}"
+            self.rules[key] = _renamed(self.rules[key], kind)
+        pkeys = self._pending_providers.pop(label, [])
+        for i, key in enumerate(pkeys):
+            if len(names["provider"]) == len(pkeys):
+                self.providers[key] = names["provider"][i]
+
+    def _add_callables(self, m: Any, label: Label) -> None:
+        def new_rule(attrs: dict[str, Any], executable: bool, test: bool, doc: str) -> str:
+            specs: dict[str, AttrSpec] = {}
+            for name, d in attrs.items():
+                if not isinstance(d, dict) or "_attr" not in d:
+                    raise ValueError(
+                        f"attrs[{name!r}] must be made by attr.*(), e.g. attr.label_list()"
+                    )
+                if name == "name":
+                    raise ValueError("'name' is implicit: every rule has it; remove it from attrs")
+                specs[name] = AttrSpec.from_starlark(name, d)
+            pending = self._pending_rules.setdefault(label, [])
+            key = f"{label}%{len(pending)}"
+            pending.append(key)
+            self.rules[key] = RuleClass(
+                key=key,
+                kind=f"rule#{len(pending) - 1}",
+                module=label,
+                attrs=specs,
+                executable=bool(executable),
+                test=bool(test),
+                doc=str(doc),
+            )
+            return key
+
+        def new_provider(doc: str = "") -> str:
+            pending = self._pending_providers.setdefault(label, [])
+            key = f"{label}%p{len(pending)}"
+            pending.append(key)
+            self.providers[key] = key
+            return key
+
+        m.add_callable("_rbs_new_rule", new_rule)
+        m.add_callable("_rbs_new_provider", new_provider)
+        m.add_callable("_rbs_register_target", self._register_target)
+        m.add_callable("_rbs_glob", self._glob)
+        m.add_callable("_rbs_package_name", self._package_name)
+        m.add_callable("_rbs_exports_files", self._exports_files)
+        for name in ("_rbs_declare", "_rbs_action", "_rbs_expand"):
+            m.add_callable(name, self._hook(name))
+
+    def _hook(self, name: str) -> Callable[..., Any]:
+        def call(**kw: Any) -> Any:
+            fn = self.impl_hooks.get(name)
+            if fn is None:
+                raise ValueError(f"{name[5:]} can only be called from a rule implementation")
+            return fn(**kw)
+
+        return call
+
+    # -- BUILD-file builtins ---------------------------------------------------------
+
+    def _pkg(self, what: str) -> Package:
+        if self._current is None:
+            raise ValueError(
+                f"{what} can only be called while a BUILD file is loaded (not at analysis)"
+            )
+        return self._current
+
+    def _register_target(self, rule: str, name: Any, attrs: dict[str, Any], stack: str) -> None:
+        pkg = self._pkg("a rule")
+        rc = self.rules[rule]
+        if not isinstance(name, str):
+            raise ValueError(f"{rc.kind}: name must be a string, got {name!r}")
+        try:
+            label = Label(package=pkg.name, name=name)
+        except ValueError as e:
+            raise ValueError(f"{rc.kind}(name = {name!r}): {e}") from None
+        loc = call_site(stack, {pkg.build_file: pkg.source_lines})
+        what = f"{rc.kind} {label}"
+        if name in pkg.targets or name in pkg.outputs:
+            prev = pkg.targets.get(name) or pkg.targets[pkg.outputs[name]]
+            raise ValueError(
+                f"duplicate target name {name!r} in package //{pkg.name}: already defined at "
+                f"{prev.location}; rename one of them"
+            )
+        values = check_attrs(rc, attrs, what=what, package=pkg.name)
+        target = Target(label=label, rule=rc, attrs=values, location=loc)
+        for out in target.output_names():
+            if out in pkg.targets or out in pkg.outputs or out == name:
+                raise ValueError(
+                    f"output {out!r} of {what} clashes with an existing target or output of "
+                    f"//{pkg.name}; choose another file name"
+                )
+            pkg.outputs[out] = name
+        pkg.targets[name] = target
+
+    def _files_of(self, package: str) -> list[str]:
+        files = self._file_lists.get(package)
+        if files is None:
+            files = package_files(self.ws, package)
+            self._file_lists[package] = files
+        return files
+
+    def _glob(
+        self,
+        include: Any = None,
+        exclude: Any = None,
+        exclude_directories: int = 1,
+        allow_empty: bool = True,
+    ) -> list[str]:
+        pkg = self._pkg("glob()")
+        for arg, what in ((include, "include"), (exclude, "exclude")):
+            if arg is not None and (
+                not isinstance(arg, list) or not all(isinstance(x, str) for x in arg)
+            ):
+                raise ValueError(f"glob({what} = ...) must be a list of strings, got {arg!r}")
+        self.globbed.add(pkg.name)
+        return glob(self._files_of(pkg.name), include or [], exclude or [], allow_empty=allow_empty)
+
+    def _package_name(self) -> str:
+        return self._pkg("package_name()").name
+
+    def _exports_files(
+        self, srcs: Any = None, visibility: Any = None, licenses: Any = None
+    ) -> None:
+        pkg = self._pkg("exports_files()")
+        pkg.exported.update(srcs or [])
+
+    # -- packages --------------------------------------------------------------------
+
+    def package(self, name: str) -> Package:
+        """Load one package (once per process); errors carry the BUILD file location."""
+        cached = self.packages.get(name)
+        if cached is not None:
+            return cached
+        path = self.ws.build_file(name)
+        if path is None:
+            raise missing_package(name, self.ws.packages())
+        rel = path.relative_to(self.ws.root).as_posix()
+        text = path.read_text()
+        self.files_read[rel] = path
+        pkg = Package(name=name, build_file=rel, source_lines=text.splitlines())
+        m = sl.Module()
+        m.add_callable("glob", self._glob)
+        m.add_callable("package_name", self._package_name)
+        m.add_callable("repository_name", lambda: "@")
+        m.add_callable("exports_files", self._exports_files)
+        m.add_callable("package", lambda **kw: None)
+        m.add_callable("licenses", lambda *a, **kw: None)
+        m.add_callable("package_group", lambda **kw: None)
+        requester = Label(package=name, name=path.name)
+        loader = self._file_loader(requester)
+        self._current = pkg
+        try:
+            sl.eval(m, sl.parse("<rbs natives>", BUILD_PRELUDE, BUILD_DIALECT), GLOBALS, loader)
+            sl.eval(m, sl.parse(rel, text, BUILD_DIALECT), GLOBALS, loader)
+        except sl.StarlarkError as e:
+            inner, self.inner_error = self.inner_error, None
+            raise (inner or _to_build_error(str(e), rel)) from None
+        finally:
+            self._current = None
+        self.packages[name] = pkg
+        return pkg
+
+    def call_impl(self, rule: RuleClass, data: dict[str, Any]) -> Any:
+        rid = rule.key
+        return self.modules[rule.module].call("rbs_call_impl", rid, data)
+
+
+def _renamed(rc: RuleClass, kind: str) -> RuleClass:
+    return RuleClass(
+        key=rc.key,
+        kind=kind,
+        module=rc.module,
+        attrs=rc.attrs,
+        executable=rc.executable,
+        test=rc.test,
+        doc=rc.doc,
+    )
+
+
+def _to_build_error(text: str, build_file: str) -> BuildError:
+    msg = starlark_message(text)
+    loc = location_from_starlark(text, prefer_file=build_file)
+    hint = ""
+    if "is not allowed in this dialect" in msg and "def" in msg:
+        hint = "BUILD files cannot define functions; move the def into a .rbs file and load() it"
+    elif "Parse error" in msg:
+        hint = "fix the syntax at that position"
+    elif "not found" in msg.lower() and "variable" in msg.lower():
+        hint = "define it, or load() it from a .rbs file"
+    elif "cannot load" in msg or "FileNotFoundError" in msg:
+        hint = "check the path in the load() statement: //pkg:file.rbs, :file.rbs or @rbs//file.rbs"
+    for pre in ("FileNotFoundError: ",):
+        msg = msg.replace(pre, "")
+    if "; did you mean" in msg and not hint:
+        hint = ""
+    return BuildError(msg, location=loc or Location(file=build_file), hint=hint)
+
+
+def parse_target_label(text: str, package: str = "") -> Label:
+    try:
+        return parse_label(text, package=package)
+    except ValueError as e:
+        raise BuildError(str(e), hint="write //pkg:name") from None

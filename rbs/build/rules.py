@@ -1,0 +1,292 @@
+"""Rule classes, attribute schemas, targets and packages: what loading produces."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rbs.build.errors import Location, closest
+from rbs.build.labels import Label, parse_label
+
+LABEL_KINDS = ("label", "label_list")
+OUTPUT_KINDS = ("output", "output_list")
+_EMPTY: dict[str, Any] = {
+    "label": None,
+    "label_list": [],
+    "string": "",
+    "string_list": [],
+    "int": 0,
+    "int_list": [],
+    "bool": False,
+    "string_dict": {},
+    "output": None,
+    "output_list": [],
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttrSpec:
+    """One attribute of a rule: its kind, default and constraints."""
+
+    name: str
+    kind: str
+    default: Any = None
+    mandatory: bool = False
+    allow_files: bool | tuple[str, ...] = False
+    single_file: bool = False
+    executable: bool = False
+    values: tuple[Any, ...] = ()
+    doc: str = ""
+    ignored: bool = False  # accepted for Bazel compatibility, not used by rbs
+
+    @classmethod
+    def from_starlark(cls, name: str, d: Mapping[str, Any]) -> AttrSpec:
+        kind = str(d.get("_attr", ""))
+        if kind not in _EMPTY:
+            raise ValueError(f"attribute {name!r}: unknown kind {kind!r}; use attr.label(...) etc.")
+        allow = d.get("allow_files")
+        single = d.get("allow_single_file")
+        allow_files: bool | tuple[str, ...] = False
+        for v in (allow, single):
+            if v is True:
+                allow_files = True
+            elif isinstance(v, list):
+                allow_files = tuple(str(x) for x in v)
+        default = d.get("default")
+        return cls(
+            name=name,
+            kind=kind,
+            default=_EMPTY[kind] if default is None else default,
+            mandatory=bool(d.get("mandatory")),
+            allow_files=allow_files,
+            single_file=single not in (None, False),
+            executable=bool(d.get("executable")),
+            values=tuple(d.get("values") or ()),
+            doc=str(d.get("doc") or ""),
+        )
+
+
+def _common(name: str, kind: str, default: Any = None) -> AttrSpec:
+    return AttrSpec(
+        name=name, kind=kind, default=_EMPTY[kind] if default is None else default, ignored=True
+    )
+
+
+# Attributes every rule accepts (Bazel's common attributes); rbs ignores most of them.
+COMMON_ATTRS = {
+    a.name: a
+    for a in (
+        _common("visibility", "string_list"),
+        _common("tags", "string_list"),
+        _common("testonly", "bool"),
+        _common("deprecation", "string"),
+        _common("features", "string_list"),
+        _common("licenses", "string_list"),
+        _common("compatible_with", "string_list"),
+        _common("target_compatible_with", "string_list"),
+        _common("exec_compatible_with", "string_list"),
+        _common("restricted_to", "string_list"),
+        _common("applicable_licenses", "string_list"),
+        _common("package_metadata", "string_list"),
+        _common("exec_properties", "string_dict"),
+        _common("toolchains", "string_list"),
+    )
+}
+BINARY_ATTRS = {
+    a.name: a
+    for a in (
+        AttrSpec(name="args", kind="string_list", default=[]),
+        AttrSpec(name="env", kind="string_dict", default={}),
+        _common("output_licenses", "string_list"),
+    )
+}
+TEST_ATTRS = {
+    a.name: a
+    for a in (
+        _common("size", "string", "medium"),
+        _common("timeout", "string"),
+        _common("flaky", "bool"),
+        _common("shard_count", "int"),
+        _common("local", "bool"),
+        _common("env_inherit", "string_list"),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleClass:
+    """A rule made by `rule()` in a `.rbs` module."""
+
+    key: str  # "<module label>%<n>": the rule id its module's prelude keeps
+    kind: str  # the name it was assigned to (genrule, my_rule, ...)
+    module: Label
+    attrs: Mapping[str, AttrSpec]
+    executable: bool = False
+    test: bool = False
+    doc: str = ""
+
+    def all_attrs(self) -> dict[str, AttrSpec]:
+        out = dict(COMMON_ATTRS)
+        if self.executable or self.test:
+            out.update(BINARY_ATTRS)
+        if self.test:
+            out.update(TEST_ATTRS)
+        out.update(self.attrs)
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """A rule instance in a package, with attribute values checked and converted."""
+
+    label: Label
+    rule: RuleClass
+    attrs: Mapping[str, Any]  # label attrs hold Label / list[Label]; outputs hold names
+    location: Location | None = None
+
+    def deps(self) -> list[tuple[str, Label]]:
+        out: list[tuple[str, Label]] = []
+        for name, spec in self.rule.attrs.items():
+            v = self.attrs.get(name)
+            if spec.kind == "label" and v is not None:
+                out.append((name, v))
+            elif spec.kind == "label_list":
+                out.extend((name, x) for x in v or ())
+        return out
+
+    def output_names(self) -> list[str]:
+        out: list[str] = []
+        for name, spec in self.rule.attrs.items():
+            v = self.attrs.get(name)
+            if spec.kind == "output" and v:
+                out.append(v)
+            elif spec.kind == "output_list":
+                out.extend(v or ())
+        return out
+
+
+@dataclass(slots=True, kw_only=True)
+class Package:
+    """One loaded BUILD file: its targets and the generated files they own."""
+
+    name: str
+    build_file: str  # workspace-relative path, as shown in error messages
+    targets: dict[str, Target] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)  # output file name -> rule name
+    exported: set[str] = field(default_factory=set)
+    source_lines: list[str] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return sorted({*self.targets, *self.outputs})
+
+
+def _type_name(v: Any) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    return {str: "string", int: "int", list: "list", dict: "dict"}.get(type(v), type(v).__name__)
+
+
+def convert_attr(spec: AttrSpec, value: Any, *, what: str, package: str, repo: str = "") -> Any:
+    """Check one attribute value against its spec and convert labels; ValueError says why."""
+    kind = spec.kind
+
+    def bad(want: str) -> ValueError:
+        return ValueError(
+            f"attribute {spec.name!r} of {what} must be {want}, got {_type_name(value)} {value!r}"
+        )
+
+    def label(text: Any) -> Label:
+        if not isinstance(text, str):
+            raise bad("a label string like ':name' or '//pkg:name'")
+        try:
+            return parse_label(text, package=package, repo=repo)
+        except ValueError as e:
+            raise ValueError(f"attribute {spec.name!r} of {what}: {e}") from None
+
+    if kind == "label":
+        return None if value is None else label(value)
+    if kind == "label_list":
+        if not isinstance(value, list):
+            raise bad("a list of labels")
+        return [label(x) for x in value]
+    if kind == "string":
+        if not isinstance(value, str):
+            raise bad("a string")
+        if spec.values and value not in spec.values:
+            raise ValueError(
+                f"attribute {spec.name!r} of {what} must be one of {list(spec.values)}, got {value!r}"
+            )
+        return value
+    if kind in ("string_list", "output_list"):
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise bad("a list of strings")
+        if kind == "output_list":
+            for x in value:
+                label(x)
+        return list(value)
+    if kind == "output":
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise bad("a file name string")
+        label(value)
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an int")
+        return value
+    if kind == "int_list":
+        if not isinstance(value, list) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in value
+        ):
+            raise bad("a list of ints")
+        return list(value)
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise bad("True or False")
+    if kind == "string_dict":
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise bad("a dict of strings to strings")
+        return dict(value)
+    raise ValueError(f"attribute {spec.name!r}: unsupported kind {kind!r}")
+
+
+def check_attrs(
+    rule: RuleClass, given: Mapping[str, Any], *, what: str, package: str
+) -> dict[str, Any]:
+    """Every attribute of a new target: known names, right types, mandatory ones present."""
+    specs = rule.all_attrs()
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        spec = specs.get(name)
+        if spec is None:
+            near = closest(name, [n for n in specs if not specs[n].ignored] or list(specs))
+            hint = f"; did you mean {near!r}?" if near else ""
+            known = ", ".join(sorted(n for n in rule.attrs))
+            raise ValueError(
+                f"{rule.kind} has no attribute {name!r}{hint} ({rule.kind} takes: name, {known})"
+            )
+        out[name] = convert_attr(spec, value, what=what, package=package)
+    for name, spec in specs.items():
+        if name in out:
+            continue
+        if spec.mandatory:
+            raise ValueError(f"{what} is missing the mandatory attribute {name!r}")
+        default = spec.default
+        if spec.kind in LABEL_KINDS and default:
+            repo = rule.module.repo
+            pkg = rule.module.package
+            if spec.kind == "label":
+                default = parse_label(default, package=pkg, repo=repo)
+            else:
+                default = [parse_label(x, package=pkg, repo=repo) for x in default]
+        elif isinstance(default, (list, dict)):
+            default = type(default)(default)
+        out[name] = default
+    return out
