@@ -51,7 +51,7 @@ class LogLine:
     def to_json(self) -> str:
         rec: dict[str, object] = {
             "seq": self.seq,
-            "t": round(self.time, 6),
+            "t": self.time,
             "s": self.stream.value,
             "text": self.text,
         }
@@ -137,7 +137,8 @@ class LogSpool:
         self, entries: Iterable[tuple[Stream, str, bool]], now: float | None = None
     ) -> list[LogLine]:
         """Number, timestamp and durably hand to the OS a batch of (stream, text, eol)."""
-        t = time.time() if now is None else now
+        # Rounded as stored, so a line read back equals the line handed to the sink.
+        t = round(time.time() if now is None else now, 6)
         with self._lock:
             lines = []
             for stream, text, eol in entries:

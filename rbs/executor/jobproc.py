@@ -69,6 +69,9 @@ class JobRunner:
         self.sink = sink
         self.hostname = hostname or socket.gethostname()
         self.pid: int | None = None
+        self.outcome: JobOutcome | None = None
+        # Set when run() has returned (with or without an outcome).
+        self.finished = threading.Event()
         self._lock = threading.Lock()
         self._request: tuple[KillReason, str] | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -140,8 +143,10 @@ class JobRunner:
             raise RuntimeError(f"job {self.spec.key}: a JobRunner runs its job only once")
         self._ran = True
         try:
-            return self._run()
+            self.outcome = self._run()
+            return self.outcome
         finally:
+            self.finished.set()
             with self._lock:
                 os.close(self._wake_r)
                 os.close(self._wake_w)

@@ -126,7 +126,9 @@ class JobOutcome:
     """How a job process ended and what it used.
 
     `exit_code` is set when it exited, `signal` when a signal ended it; `error` when it
-    could not be started at all (state FAILED, neither set).
+    could not be started at all (state FAILED, neither set). Peak memory and cpu time
+    come from the cgroup; without one, from the main process's rusage, where the peak
+    is an upper bound (the kernel counts the worker's own memory at spawn time).
     """
 
     state: RunState

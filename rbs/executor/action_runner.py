@@ -1,0 +1,293 @@
+"""Run one REAPI action in a fresh sandbox and produce its ActionResult.
+
+The steps: read the Action and Command from the store (a worker-local cache that
+fetches only what it lacks), materialize the input root, run the arguments with
+exactly the Command's environment in its working directory as the leader of a new
+process group, enforce the timeout by killing the whole group, then store the
+outputs (files, directories as Tree messages, symlinks), stdout and stderr as blobs
+and hand every new digest to `upload` so the server's CAS has them before the
+result is reported. Output paths follow REAPI: `output_paths` (v2.1+) or the older
+`output_files` / `output_directories` (Bazel 4.2 speaks v2.0), relative to the
+working directory; outputs the command did not create are simply absent.
+
+Blocking work (materializing, hashing, uploading) runs in threads so a worker's
+heartbeats keep flowing while it runs actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from google.protobuf import timestamp_pb2
+from google.protobuf.message import DecodeError
+from google.rpc import code_pb2
+
+from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from rbs.cas.errors import BlobNotFound, InvalidTree
+from rbs.cas.store import BlobStore, BlobWriter
+from rbs.cas.tree import collect_directories, tree_from_path
+from rbs.executor.sandbox import Sandbox, SandboxError, safe_relative
+from rbs.model import Digest, DigestFunction
+
+log = logging.getLogger(__name__)
+
+Uploader = Callable[[list[Digest]], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionOutcome:
+    """What the worker reports: a google.rpc code, a message, and the result (also
+    partial, e.g. the output of a timed-out action)."""
+
+    code: int
+    message: str = ""
+    result: re_pb2.ActionResult = field(default_factory=re_pb2.ActionResult)
+
+
+class _Recorder(BlobStore):
+    """Delegates to a store and remembers every digest stored through it."""
+
+    def __init__(self, inner: BlobStore) -> None:
+        self.inner = inner
+        self.stored: list[Digest] = []
+
+    def contains(self, digest: Digest) -> bool:
+        return self.inner.contains(digest)
+
+    def writer(self, expected: Digest) -> BlobWriter:
+        return self.inner.writer(expected)
+
+    def _open(self, digest: Digest) -> BinaryIO:
+        return self.inner.open(digest)
+
+    def delete(self, digest: Digest) -> bool:
+        return self.inner.delete(digest)
+
+    def put(
+        self,
+        data: bytes,
+        *,
+        function: DigestFunction = DigestFunction.BLAKE3,
+        expected: Digest | None = None,
+    ) -> Digest:
+        d = self.inner.put(data, function=function, expected=expected)
+        self.stored.append(d)
+        return d
+
+    def put_file(
+        self,
+        path: Path,
+        *,
+        function: DigestFunction = DigestFunction.BLAKE3,
+        expected: Digest | None = None,
+    ) -> Digest:
+        d = self.inner.put_file(path, function=function, expected=expected)
+        self.stored.append(d)
+        return d
+
+
+class ActionRunner:
+    """Runs actions from `store` in sandboxes under `work_dir`; see the module docstring."""
+
+    def __init__(
+        self,
+        store: BlobStore,
+        work_dir: Path,
+        *,
+        upload: Uploader | None = None,
+        worker_name: str = "",
+        link_inputs: bool = True,
+        keep_sandboxes: bool = False,
+    ) -> None:
+        self._store = store
+        self._sandboxes = Path(work_dir) / "sandboxes"
+        self._upload = upload
+        self._worker_name = worker_name
+        self._link = link_inputs
+        self._keep = keep_sandboxes
+
+    async def run(
+        self, action_digest: Digest, *, name: str, timeout_s: float = 0.0
+    ) -> ActionOutcome:
+        """Run the action in sandbox `name`. Cancelling the task kills the command."""
+        meta = re_pb2.ExecutedActionMetadata(worker=self._worker_name)
+        _stamp(meta.worker_start_timestamp)
+        try:
+            action, command = await asyncio.to_thread(self._load, action_digest)
+        except BlobNotFound as e:
+            return ActionOutcome(code=code_pb2.FAILED_PRECONDITION, message=str(e))
+        except (SandboxError, InvalidTree, DecodeError, ValueError) as e:
+            return ActionOutcome(code=code_pb2.INVALID_ARGUMENT, message=str(e))
+        timeout = timeout_s or action.timeout.seconds + action.timeout.nanos / 1e9
+        sandbox = Sandbox.create(self._sandboxes, name)
+        try:
+            _stamp(meta.input_fetch_start_timestamp)
+            try:
+                wd = await asyncio.to_thread(
+                    self._populate, sandbox, action, command, action_digest
+                )
+            except BlobNotFound as e:
+                return ActionOutcome(code=code_pb2.FAILED_PRECONDITION, message=str(e))
+            except (SandboxError, InvalidTree) as e:
+                return ActionOutcome(code=code_pb2.INVALID_ARGUMENT, message=str(e))
+            _stamp(meta.input_fetch_completed_timestamp)
+            _stamp(meta.execution_start_timestamp)
+            exit_code, timed_out = await self._execute(command, wd, sandbox, timeout)
+            _stamp(meta.execution_completed_timestamp)
+            _stamp(meta.output_upload_start_timestamp)
+            result = await asyncio.to_thread(
+                self._collect, command, wd, sandbox, action_digest.function, exit_code
+            )
+            _stamp(meta.output_upload_completed_timestamp)
+        finally:
+            if not self._keep:
+                await asyncio.to_thread(sandbox.remove)
+        _stamp(meta.worker_completed_timestamp)
+        result.execution_metadata.CopyFrom(meta)
+        if timed_out:
+            return ActionOutcome(
+                code=code_pb2.DEADLINE_EXCEEDED,
+                message=f"the action ran longer than its timeout of {timeout:g}s and was killed",
+                result=result,
+            )
+        return ActionOutcome(code=code_pb2.OK, result=result)
+
+    # ------------------------------------------------------------------ steps
+
+    def _load(self, digest: Digest) -> tuple[re_pb2.Action, re_pb2.Command]:
+        action = self._store.get_message(digest, re_pb2.Action())
+        cd = action.command_digest
+        command = self._store.get_message(
+            Digest(function=digest.function, hash=cd.hash, size=cd.size_bytes), re_pb2.Command()
+        )
+        if not command.arguments:
+            raise SandboxError("the Command has no arguments: nothing to run")
+        return action, command
+
+    def _populate(
+        self, sandbox: Sandbox, action: re_pb2.Action, command: re_pb2.Command, digest: Digest
+    ) -> Path:
+        ir = action.input_root_digest
+        root = Digest(function=digest.function, hash=ir.hash, size=ir.size_bytes)
+        return sandbox.populate(
+            self._store,
+            root,
+            working_directory=command.working_directory,
+            outputs=_output_paths(command),
+            link=self._link,
+        )
+
+    async def _execute(
+        self, command: re_pb2.Command, wd: Path, sandbox: Sandbox, timeout: float
+    ) -> tuple[int, bool]:
+        env = {v.name: v.value for v in command.environment_variables}
+        argv = list(command.arguments)
+        with open(sandbox.stdout, "wb") as out, open(sandbox.stderr, "wb") as err:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    cwd=wd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                # Like a shell: the command could not be started, exit 127 with a reason.
+                err.write(
+                    f"rbs: cannot run {argv[0]!r} in {command.working_directory or '.'}: {e.strerror}\n".encode()
+                )
+                return 127, False
+            timed_out = False
+            try:
+                await asyncio.wait_for(proc.wait(), timeout if timeout > 0 else None)
+            except TimeoutError:
+                timed_out = True
+            finally:
+                # Kill the whole group: also on timeout or cancellation, and to reap
+                # background processes the command left behind.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                if proc.returncode is None:
+                    await asyncio.shield(proc.wait())
+        rc = proc.returncode
+        assert rc is not None
+        # A signal death reads as 128+N, as in a shell.
+        return (128 - rc if rc < 0 else rc), timed_out
+
+    def _collect(
+        self,
+        command: re_pb2.Command,
+        wd: Path,
+        sandbox: Sandbox,
+        fn: DigestFunction,
+        exit_code: int,
+    ) -> re_pb2.ActionResult:
+        store = _Recorder(self._store)
+        result = re_pb2.ActionResult(exit_code=exit_code)
+        result.stdout_digest.CopyFrom(_proto(store.put_file(sandbox.stdout, function=fn)))
+        result.stderr_digest.CopyFrom(_proto(store.put_file(sandbox.stderr, function=fn)))
+        if command.output_paths:
+            wanted: Iterable[tuple[str, str]] = ((p, "any") for p in command.output_paths)
+        else:
+            wanted = [(p, "file") for p in command.output_files] + [
+                (p, "dir") for p in command.output_directories
+            ]
+        for rel, kind in wanted:
+            path = wd / safe_relative(rel, "output path")
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode) and kind == "any":
+                target = os.readlink(path)
+                result.output_symlinks.add(path=rel, target=target)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                # v2.0 clients expect the content of a symlinked output, not the link.
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue
+            if stat.S_ISREG(st.st_mode):
+                d = store.put_file(path, function=fn)
+                result.output_files.add(
+                    path=rel, digest=_proto(d), is_executable=bool(st.st_mode & 0o111)
+                )
+            elif stat.S_ISDIR(st.st_mode):
+                root = tree_from_path(store, path, function=fn)
+                dirs = collect_directories(store, root)
+                tree = re_pb2.Tree(root=dirs[0], children=dirs[1:])
+                td = store.put_message(tree, fn)
+                result.output_directories.add(
+                    path=rel, tree_digest=_proto(td), root_directory_digest=_proto(root)
+                )
+        if self._upload is not None:
+            self._upload(sorted(set(store.stored), key=lambda d: d.hash))
+        return result
+
+
+def _output_paths(command: re_pb2.Command) -> list[str]:
+    if command.output_paths:
+        return list(command.output_paths)
+    return [*command.output_files, *command.output_directories]
+
+
+def _proto(d: Digest) -> re_pb2.Digest:
+    return re_pb2.Digest(hash=d.hash, size_bytes=d.size)
+
+
+def _stamp(ts: timestamp_pb2.Timestamp) -> None:
+    ts.FromNanoseconds(time.time_ns())
