@@ -15,6 +15,12 @@ import sys
 # `main(argv) -> int` function.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "cas": ("rbs.cli.cas", "cas", "Operate the content-addressed store."),
+    "remote": ("rbs.cli.remote", "remote", "Run the remote cache and execution server."),
+    "build": ("rbs.cli.build", "build", "Build targets from BUILD files."),
+    "run": ("rbs.cli.build", "run", "Build and run an executable target."),
+    "test": ("rbs.cli.build", "test", "Build and run tests; summarize passes and failures."),
+    "query": ("rbs.cli.build", "query", "List targets and their dependencies."),
+    "clean": ("rbs.cli.build", "clean", "Delete build outputs (rbs-out/) and state."),
 }
 FAST_COMMANDS: dict[str, tuple[str, str, str]] = {}
 

@@ -1,0 +1,129 @@
+"""`rbs remote`: run the cluster server (REAPI cache and execution, rbs's own API)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+log = logging.getLogger(__name__)
+
+
+@click.group()
+def remote() -> None:
+    """Run the rbs server that Bazel and rbs use as a remote cache and executor."""
+
+
+def _write_ready_file(path: Path, port: int, data_dir: Path) -> None:
+    # Written to a temp name and renamed, so a reader never sees a half-written file.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"port": port, "pid": os.getpid(), "data_dir": str(data_dir)}))
+    os.replace(tmp, path)
+
+
+async def _serve(config: object, ready_file: Path | None) -> None:
+    from rbs.remote.config import Config
+    from rbs.remote.server import start_server
+
+    assert isinstance(config, Config)
+    running = await start_server(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    auth = "token required" if config.server.token_file else "no auth"
+    click.echo(
+        f"rbs remote: serving on {config.server.host}:{running.port} "
+        f"(data dir {config.server.data_dir}, {auth})"
+    )
+    sys.stdout.flush()
+    if ready_file is not None:
+        _write_ready_file(ready_file, running.port, config.server.data_dir)
+    try:
+        await stop.wait()
+        log.info("stopping: finishing calls in flight")
+    finally:
+        await running.stop(grace=5.0)
+        if ready_file is not None and ready_file.exists():
+            ready_file.unlink()
+
+
+@remote.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML config file (see docs/design/remote.md); flags override it.",
+)
+@click.option("--host", help="Address to listen on [default: 127.0.0.1; 0.0.0.0 for all].")
+@click.option("--port", type=int, help="Port to listen on; 0 picks a free one [default: 8980].")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the CAS and the server's databases live [default: $RBS_HOME/server].",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="File holding the bearer token every call must present.",
+)
+@click.option("--max-cas-size", help="Evict least recently used blobs above this size, e.g. 50G.")
+@click.option(
+    "--instance-name",
+    "instance_names",
+    multiple=True,
+    help='Accepted REAPI instance name (repeatable) [default: "" only].',
+)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help='Write {"port": ...} as JSON here once the server accepts calls.',
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def serve(
+    config_file: Path | None,
+    host: str | None,
+    port: int | None,
+    data_dir: Path | None,
+    token_file: Path | None,
+    max_cas_size: str | None,
+    instance_names: tuple[str, ...],
+    ready_file: Path | None,
+    log_level: str,
+) -> None:
+    """Serve REAPI v2 (cache; execution where enabled) until SIGTERM or Ctrl-C."""
+    from rbs.remote.auth import TokenError
+    from rbs.remote.config import ConfigError, load_config, parse_size, with_overrides
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = with_overrides(
+            load_config(config_file),
+            host=host,
+            port=port,
+            data_dir=data_dir,
+            token_file=token_file,
+            instance_names=instance_names or None,
+            max_size=parse_size(max_cas_size, "--max-cas-size") if max_cas_size else None,
+        )
+        asyncio.run(_serve(config, ready_file))
+    except (ConfigError, TokenError, OSError) as e:
+        raise click.ClickException(str(e)) from None
+
+
+# Commands defined in other modules join the group here, one line each, e.g.
+#   from rbs.cli.remote_worker import worker
+#   remote.add_command(worker)

@@ -1,0 +1,288 @@
+"""The google.bytestream service over the CAS: blob reads and writes of any size.
+
+Bazel 4.2 moves every blob through ByteStream, even a 10-byte one, so the small case
+is the hot path: a blob up to 64 KiB is collected in memory and stored with one
+thread hop (the store's fsync must not run on the event loop), and a small read is
+served straight from the event loop. Larger blobs stream in constant memory: writes
+go chunk by chunk into a store writer that hashes as it goes, coalescing the
+client's chunks to about 1 MiB per thread hop; reads go out in 1 MiB messages.
+
+A write is committed only when the stream ends with `finish_write` and the bytes
+match the digest in the resource name; anything else (wrong offset, too many bytes,
+a hash mismatch, a stream that stops early, a client that goes away) aborts the
+temporary file, so nothing partial is ever stored under a blob's name. Uploads do not
+resume: QueryWriteStatus reports complete blobs and otherwise committed_size 0 (in
+flight) or NOT_FOUND, and the client starts again from offset 0.
+
+`compressed-blobs/zstd/...` names are served too: offsets and sizes in the name are
+those of the uncompressed blob, which is what gets verified and stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import IO, Any, BinaryIO, cast
+
+import grpc
+import zstandard
+
+from rbs._proto.google.bytestream import bytestream_pb2 as bs_pb2
+from rbs._proto.google.bytestream import bytestream_pb2_grpc as bs_grpc
+from rbs.cas.store import BlobStore, BlobWriter
+from rbs.model import Digest
+from rbs.remote.cas_service import decompress_exact
+from rbs.remote.errors import InvalidRequest, NotFound, OutOfRange, rpc_errors
+from rbs.remote.instances import Instances
+from rbs.remote.resource_names import Compressor, ResourceName, parse_resource_name
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+SMALL_BLOB = 64 << 10
+CHUNK = 1 << 20
+
+
+class _BlobSink:
+    """A file-like sink for zstd's stream writer that feeds a BlobWriter."""
+
+    def __init__(self, writer: BlobWriter) -> None:
+        self.writer = writer
+
+    def write(self, data: bytes) -> int:
+        self.writer.write(bytes(data))
+        return len(data)
+
+
+class _StreamingUpload:
+    """A large upload: chunks coalesced, then hashed and written in a worker thread."""
+
+    def __init__(self, writer: BlobWriter, compressed: bool) -> None:
+        self.writer = writer
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._zstd = (
+            zstandard.ZstdDecompressor().stream_writer(
+                cast(IO[bytes], _BlobSink(writer)), write_size=CHUNK
+            )
+            if compressed
+            else None
+        )
+
+    def _write_sync(self, chunks: list[bytes]) -> None:
+        data = b"".join(chunks)
+        if self._zstd is not None:
+            try:
+                self._zstd.write(data)
+            except zstandard.ZstdError as e:
+                raise InvalidRequest(
+                    f"zstd data for {self.writer.expected} does not decompress: {e}"
+                ) from None
+        else:
+            self.writer.write(data)
+
+    async def feed(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size >= CHUNK:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self._pending:
+            chunks, self._pending, self._pending_size = self._pending, [], 0
+            await asyncio.to_thread(self._write_sync, chunks)
+
+    async def commit(self) -> None:
+        await self.flush()
+        await asyncio.to_thread(self.writer.commit)
+
+
+class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
+    """Thin gRPC edge mapping ByteStream resource names onto a BlobStore."""
+
+    def __init__(self, store: BlobStore, instances: Instances) -> None:
+        self.store = store
+        self.instances = instances
+        # Resource names of uploads in flight (a name may be written twice at once).
+        self._in_flight: collections.Counter[str] = collections.Counter()
+
+    # -- Read ---------------------------------------------------------------------
+
+    def _open_at(self, digest: Digest, offset: int) -> BinaryIO:
+        f = self.store.open(digest)
+        if offset:
+            f.seek(offset)
+        return f
+
+    @staticmethod
+    def _read_chunk(
+        f: BinaryIO, size: int, zstd: zstandard.ZstdCompressionObj | None, last: bool
+    ) -> bytes:
+        data = f.read(size)
+        if zstd is None:
+            return data
+        out = zstd.compress(data)
+        return out + zstd.flush() if last else out
+
+    @rpc_errors
+    async def Read(
+        self, request: bs_pb2.ReadRequest, context: Context
+    ) -> AsyncIterator[bs_pb2.ReadResponse]:
+        rn = parse_resource_name(request.resource_name, write=False)
+        self.instances.check(rn.instance)
+        digest = rn.digest
+        offset, limit = request.read_offset, request.read_limit
+        if offset < 0 or offset > digest.size:
+            raise OutOfRange(
+                f"read_offset {offset} is outside blob {digest} (size {digest.size}); "
+                f"use 0 to {digest.size}"
+            )
+        if limit < 0:
+            raise InvalidRequest(f"read_limit {limit} is negative; use 0 for no limit")
+        compressed = rn.compressor is Compressor.ZSTD
+        if compressed and limit:
+            raise InvalidRequest(
+                "read_limit must be 0 when reading compressed-blobs/: the compressed size "
+                "is not known in advance"
+            )
+        length = digest.size - offset if limit == 0 else min(limit, digest.size - offset)
+        if digest.size <= SMALL_BLOB:
+            # A small blob is read (and verified) on the event loop: cheaper than a hop.
+            data = self.store.get(digest)[offset : offset + length]
+            if compressed:
+                data = zstandard.ZstdCompressor(level=1).compress(data)
+            yield bs_pb2.ReadResponse(data=data)
+            return
+        f = await asyncio.to_thread(self._open_at, digest, offset)
+        zstd = zstandard.ZstdCompressor(level=1).compressobj() if compressed else None
+        try:
+            left = length
+            while left > 0:
+                n = min(CHUNK, left)
+                left -= n
+                data = await asyncio.to_thread(self._read_chunk, f, n, zstd, left == 0)
+                if not data and zstd is None:
+                    raise NotFound(f"blob {digest} ended early; it has been removed")
+                if data:
+                    yield bs_pb2.ReadResponse(data=data)
+            if length == 0:
+                yield bs_pb2.ReadResponse(data=b"")
+        finally:
+            f.close()
+
+    # -- Write --------------------------------------------------------------------
+
+    def _put_small(self, data: bytes, rn: ResourceName) -> None:
+        if rn.compressor is Compressor.ZSTD:
+            data = decompress_exact(data, rn.digest)
+        self.store.put(data, expected=rn.digest)
+
+    @rpc_errors
+    async def Write(
+        self, request_iterator: AsyncIterable[bs_pb2.WriteRequest], context: Context
+    ) -> bs_pb2.WriteResponse:
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is None:
+            raise InvalidRequest("empty Write stream: the first WriteRequest must name the blob")
+        name = first.resource_name
+        rn = parse_resource_name(name, write=True)
+        self.instances.check(rn.instance)
+        digest = rn.digest
+        compressed = rn.compressor is Compressor.ZSTD
+        if first.write_offset != 0:
+            raise InvalidRequest(
+                f"write_offset {first.write_offset} at the start of an upload of {digest}: "
+                "this server does not resume uploads; start again at offset 0"
+            )
+        if self.store.contains(digest):
+            # The spec lets a write of a present blob finish at once.
+            return bs_pb2.WriteResponse(committed_size=-1 if compressed else digest.size)
+        self._in_flight[name] += 1
+        try:
+            return await self._receive(first, requests, name, rn)
+        finally:
+            self._in_flight[name] -= 1
+            if not self._in_flight[name]:
+                del self._in_flight[name]
+
+    async def _receive(
+        self,
+        first: bs_pb2.WriteRequest,
+        requests: AsyncIterator[bs_pb2.WriteRequest],
+        name: str,
+        rn: ResourceName,
+    ) -> bs_pb2.WriteResponse:
+        digest = rn.digest
+        compressed = rn.compressor is Compressor.ZSTD
+        small = digest.size <= SMALL_BLOB
+        # zstd makes incompressible data slightly larger (a few bytes per 128 KiB block).
+        cap = digest.size + (digest.size // 64 + 1024 if compressed else 0)
+        buf = bytearray()
+        upload: _StreamingUpload | None = None
+        received = 0
+        req: bs_pb2.WriteRequest | None = first
+        try:
+            while req is not None:
+                if req.resource_name and req.resource_name != name:
+                    raise InvalidRequest(
+                        f"WriteRequest names {req.resource_name!r} in the middle of the upload "
+                        f"of {name!r}: one stream writes one resource"
+                    )
+                if req.write_offset != received:
+                    raise InvalidRequest(
+                        f"write_offset {req.write_offset} does not follow the {received} bytes "
+                        f"received so far for {digest}; send the data in order"
+                    )
+                received += len(req.data)
+                if received > cap:
+                    raise InvalidRequest(
+                        f"upload of {digest} sent {received} bytes, more than its size "
+                        f"{digest.size}{' allows once compressed' if compressed else ''}; "
+                        "nothing was stored"
+                    )
+                if small:
+                    buf += req.data
+                elif req.data:
+                    if upload is None:
+                        writer = await asyncio.to_thread(self.store.writer, digest)
+                        upload = _StreamingUpload(writer, compressed)
+                    await upload.feed(req.data)
+                if req.finish_write:
+                    break
+                req = await anext(requests, None)
+            else:
+                raise InvalidRequest(
+                    f"upload of {digest} ended after {received} bytes without finish_write; "
+                    "nothing was stored, upload it again from offset 0"
+                )
+            if small:
+                await asyncio.to_thread(self._put_small, bytes(buf), rn)
+            elif upload is None:
+                raise InvalidRequest(f"upload of {digest} finished with no data; nothing stored")
+            else:
+                await upload.commit()
+        except BaseException:
+            # Covers bad data, cancelled calls and server shutdown alike.
+            if upload is not None:
+                upload.writer.abort()
+            raise
+        return bs_pb2.WriteResponse(committed_size=received)
+
+    @rpc_errors
+    async def QueryWriteStatus(
+        self, request: bs_pb2.QueryWriteStatusRequest, context: Context
+    ) -> bs_pb2.QueryWriteStatusResponse:
+        rn = parse_resource_name(request.resource_name, write=True)
+        self.instances.check(rn.instance)
+        if self.store.contains(rn.digest):
+            return bs_pb2.QueryWriteStatusResponse(committed_size=rn.digest.size, complete=True)
+        if request.resource_name in self._in_flight:
+            # Bytes in flight are not committed until the whole blob is verified.
+            return bs_pb2.QueryWriteStatusResponse(committed_size=0, complete=False)
+        raise NotFound(
+            f"no upload of {rn.digest} is in progress and the blob is not stored; "
+            "write it from offset 0"
+        )

@@ -1,0 +1,188 @@
+"""The one place where domain errors become gRPC status codes.
+
+Servicers raise domain exceptions (`rbs.cas.errors.*`, the request errors below, or
+any type registered with `register_error`) and never build statuses themselves:
+
+    class CasServicer(re_grpc.ContentAddressableStorageServicer):
+        @rpc_errors
+        async def FindMissingBlobs(self, request, context): ...
+
+`rpc_errors` wraps unary methods and async-generator (server-streaming) methods alike.
+A mapped error aborts the call with its status and message; an unexpected exception is
+logged with its traceback and answered INTERNAL, and the server keeps serving. Batch
+RPCs that report one status per item use `status_of(exc)` so per-item and whole-call
+errors are mapped by the same table.
+
+Errors that carry `google.rpc` details (`MissingBlobs` -> `PreconditionFailure`) send
+them in the standard `grpc-status-details-bin` trailer, which REAPI clients read to
+learn which blobs to upload.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, TypeVar, cast
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, InvalidTree, StoreFull
+from rbs.model import Digest
+
+log = logging.getLogger(__name__)
+
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+class RequestError(Exception):
+    """Base of the errors below: the message says what was wrong and how to fix it."""
+
+
+class InvalidRequest(RequestError):
+    """A malformed or inconsistent request (INVALID_ARGUMENT)."""
+
+
+class UnknownInstance(RequestError):
+    """An instance name the server does not serve (INVALID_ARGUMENT)."""
+
+    def __init__(self, name: str, accepted: Iterable[str]) -> None:
+        names = ", ".join(repr(n) for n in accepted)
+        super().__init__(
+            f"unknown instance name {name!r}: this server accepts {names} "
+            "(set the client's instance name to one of them, or add it to "
+            "[server] instance_names)"
+        )
+        self.name = name
+
+
+class NotFound(RequestError):
+    """Something the request names does not exist (NOT_FOUND)."""
+
+
+class OutOfRange(RequestError):
+    """An offset or limit outside the resource (OUT_OF_RANGE)."""
+
+
+class TooLarge(RequestError):
+    """A request over a server limit (RESOURCE_EXHAUSTED)."""
+
+
+class Unauthenticated(RequestError):
+    """A missing or wrong bearer token (UNAUTHENTICATED)."""
+
+
+class MissingBlobs(RequestError):
+    """Blobs a request depends on are not in the CAS (FAILED_PRECONDITION + details)."""
+
+    def __init__(self, digests: Iterable[Digest], what: str = "request") -> None:
+        self.digests = tuple(digests)
+        shown = ", ".join(str(d) for d in self.digests[:5])
+        more = f" and {len(self.digests) - 5} more" if len(self.digests) > 5 else ""
+        super().__init__(
+            f"{len(self.digests)} blob(s) the {what} names are not in the CAS: {shown}{more}; "
+            "upload them first"
+        )
+
+
+# Most specific first: the first matching row wins.
+_TABLE: list[tuple[type[BaseException], grpc.StatusCode]] = [
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (MissingBlobs, grpc.StatusCode.FAILED_PRECONDITION),
+    (UnknownInstance, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (OutOfRange, grpc.StatusCode.OUT_OF_RANGE),
+    (TooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (BlobNotFound, grpc.StatusCode.NOT_FOUND),
+    # A corrupt blob has been removed; NOT_FOUND makes clients upload it again.
+    (CorruptBlob, grpc.StatusCode.NOT_FOUND),
+    (DigestMismatch, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidTree, grpc.StatusCode.INVALID_ARGUMENT),
+    (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
+]
+
+
+def register_error(exc_type: type[BaseException], code: grpc.StatusCode) -> None:
+    """Map another component's domain error (e.g. the scheduler's) to a status code."""
+    _TABLE.insert(0, (exc_type, code))
+
+
+def code_of(exc: BaseException) -> grpc.StatusCode | None:
+    """The status code for a domain error, or None when the error is not a domain error."""
+    for exc_type, code in _TABLE:
+        if isinstance(exc, exc_type):
+            return code
+    return None
+
+
+def _details(exc: BaseException) -> list[Any]:
+    if isinstance(exc, MissingBlobs):
+        pf = error_details_pb2.PreconditionFailure()
+        for d in exc.digests:
+            pf.violations.add(type="MISSING", subject=f"blobs/{d.hash}/{d.size}")
+        return [pf]
+    return []
+
+
+def status_of(exc: BaseException) -> status_pb2.Status:
+    """A `google.rpc.Status` for an error (INTERNAL when it is not a domain error)."""
+    code = code_of(exc) or grpc.StatusCode.INTERNAL
+    status = status_pb2.Status(code=code.value[0], message=str(exc) or type(exc).__name__)
+    for detail in _details(exc):
+        status.details.add().Pack(detail)
+    return status
+
+
+async def abort_with(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> None:
+    """Abort the call with the status mapped from `exc` (raises, never returns)."""
+    code = code_of(exc) or grpc.StatusCode.INTERNAL
+    message = str(exc) or type(exc).__name__
+    trailer: tuple[tuple[str, bytes], ...] = ()
+    if _details(exc):
+        trailer = ((STATUS_DETAILS_KEY, status_of(exc).SerializeToString()),)
+    await context.abort(code, message, trailing_metadata=trailer)
+
+
+async def _handle(context: grpc.aio.ServicerContext[Any, Any], name: str, exc: Exception) -> None:
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc
+    if code_of(exc) is None:
+        log.exception("internal error in %s", name)
+        exc = RuntimeError(
+            f"internal error in {name}: {type(exc).__name__}: {exc}; the server log has details"
+        )
+    else:
+        # Misses and client mistakes are routine (every Bazel cache miss is a NOT_FOUND).
+        log.debug("%s: %s", name, exc)
+    await abort_with(context, exc)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def rpc_errors(method: F) -> F:
+    """Decorate a servicer method (coroutine or async generator) to map its errors."""
+    name = method.__name__
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def stream(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
+            try:
+                async for item in method(self, request, context):
+                    yield item
+            except Exception as exc:
+                await _handle(context, name, exc)
+
+        return cast(F, stream)
+
+    @functools.wraps(method)
+    async def unary(self: Any, request: Any, context: Any) -> Any:
+        try:
+            return await method(self, request, context)
+        except Exception as exc:
+            await _handle(context, name, exc)
+
+    return cast(F, unary)
