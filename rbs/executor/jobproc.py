@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import os
-import select
+import resource
 import shlex
 import shutil
 import signal
@@ -36,7 +36,8 @@ from pathlib import Path
 
 from rbs.executor import procs
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, NullCgroup
-from rbs.executor.joblog import LineSplitter, LogLine, LogSink, LogSpool, Stream
+from rbs.executor.jobio import OutputPump
+from rbs.executor.joblog import LogLine, LogSink, LogSpool, Stream
 from rbs.executor.jobspec import JobOutcome, JobSpec, KillReason, RunState
 from rbs.executor.outputs import collect_outputs
 
@@ -45,7 +46,8 @@ log = logging.getLogger(__name__)
 # The shim: wait for the go-ahead on stdin (EOF means the runner gave up), then give
 # the job /dev/null as its stdin and exec it.
 SHIM = 'read -r _ || exit 125; exec </dev/null; exec "$@"'
-READ_CHUNK = 64 * 1024
+# Without a pidfd, how often to check whether the job has exited.
+POLL_FALLBACK_S = 0.05
 # After the job's processes are gone, how long to keep reading output that a process
 # outside the job (one that escaped its process group) may still hold open.
 DRAIN_S = 2.0
@@ -249,84 +251,32 @@ class JobRunner:
         self.pid = pid = proc.pid
         self._sys(f"started pid {pid} (process group {pid})")
         assert proc.stdout is not None and proc.stderr is not None
-        streams = {
-            proc.stdout.fileno(): (Stream.OUT, LineSplitter(spec.max_line_chars)),
-            proc.stderr.fileno(): (Stream.ERR, LineSplitter(spec.max_line_chars)),
-        }
+        pump = OutputPump(self._emit, spec.max_line_chars)
+        pump.add_pipe(proc.stdout.fileno(), Stream.OUT)
+        pump.add_pipe(proc.stderr.fileno(), Stream.ERR)
         try:
-            pidfd: int | None = os.pidfd_open(pid)
-        except OSError:
-            pidfd = None  # kernels before 5.3: poll with waitpid instead
-        poller = select.poll()
-        for fd in [*streams, self._wake_r, *([pidfd] if pidfd is not None else [])]:
-            poller.register(fd, select.POLLIN)
-        reason: KillReason | None = None
-        term_at: float | None = None
-        killed = False
-        status = rusage = None
-        limit_at = start + spec.time_limit_s if spec.time_limit_s is not None else None
-        while status is None:
-            now = time.monotonic()
-            with self._lock:
-                request = self._request
-            if reason is None and request is not None:
-                reason = request[0]
-                self._terminate(cgroup, pid, request[1])
-                term_at = now
-            elif reason is None and limit_at is not None and now >= limit_at:
-                reason = KillReason.TIME_LIMIT
-                self._terminate(cgroup, pid, f"time limit of {_secs(spec.time_limit_s)} reached")
-                term_at = now
-            if term_at is not None and not killed and now >= term_at + spec.grace_s:
-                self._sys(f"grace period of {_secs(spec.grace_s)} over: sending SIGKILL")
-                _kill_all(cgroup, pid, signal.SIGKILL)
-                killed = True
-            wakes = [limit_at] if limit_at is not None and reason is None else []
-            if term_at is not None and not killed:
-                wakes.append(term_at + spec.grace_s)
-            timeout = max(0.0, min(wakes) - now) if wakes else None
-            if pidfd is None:
-                timeout = 0.05 if timeout is None else min(timeout, 0.05)
-            events = poller.poll(None if timeout is None else timeout * 1000 + 1)
-            for fd, _ in events:
-                if fd in streams:
-                    if not self._pump(fd, streams):
-                        poller.unregister(fd)
-                elif fd == self._wake_r:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self._wake_r, 4096)
-            waited, raw, ru = os.wait4(pid, os.WNOHANG)
-            if waited == pid:
-                status, rusage = raw, ru
-        ended_mono = time.monotonic()
-        if pidfd is not None:
-            os.close(pidfd)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        self._pump_ready(streams, poller)
-        leftovers = len(cgroup.pids()) or len(procs.group_members(pid))
-        _kill_all(cgroup, pid, signal.SIGKILL)
-        if leftovers:
-            self._sys(f"killed {leftovers} process(es) left running when the main process ended")
-        self._drain(streams, poller)
+            status, rusage, reason = self._watch(cgroup, pid, pump, start)
+        except BaseException:
+            # Never leave a job running unsupervised, whatever went wrong here.
+            _kill_all(cgroup, pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            _close_pipes(proc)
+            raise
+        wall = time.monotonic() - start
+        code = proc.returncode = os.waitstatus_to_exitcode(status)
+        self._end_leftovers(cgroup, pid, pump)
         _close_pipes(proc)
-        procs.wait_group_gone(pid)
         usage = cgroup.usage()
-        peak = usage.peak_memory_bytes
-        cpu = usage.cpu_time_s
-        if peak is None and rusage is not None:
+        peak, cpu = usage.peak_memory_bytes, usage.cpu_time_s
+        if peak is None:
             peak = rusage.ru_maxrss * 1024  # KiB; the main process and its reaped children
-        if cpu is None and rusage is not None:
+        if cpu is None:
             cpu = rusage.ru_utime + rusage.ru_stime
-        code = os.waitstatus_to_exitcode(status)
-        exit_code, sig = (code, None) if code >= 0 else (None, -code)
         if usage.oom_kills:
             limit = f" (memory limit {spec.memory_bytes} bytes)" if spec.memory_bytes else ""
             self._sys(f"out of memory: the kernel killed {usage.oom_kills} process(es){limit}")
-        state = _state(reason, usage.oom_kills, code)
-        ended_at = time.time()
-        self._sys(
-            ("exited with code " + str(exit_code)) if sig is None else f"killed by {_signame(sig)}"
-        )
+        self._sys(f"exited with code {code}" if code >= 0 else f"killed by {_signame(-code)}")
         outputs = None
         if spec.outputs:
             outputs = collect_outputs(spec.workdir, spec.outputs)
@@ -334,80 +284,99 @@ class JobRunner:
                 self._sys(f"declared output {miss!r} was not created")
             for rej in outputs.rejected:
                 self._sys(f"output refused: {rej.reason}")
-        peak_text = "unknown" if peak is None else f"{peak} bytes"
-        cpu_text = "unknown" if cpu is None else f"{cpu:.3f}s"
+        state = _state(reason, usage.oom_kills, code)
         self._sys(
-            f"ended {state.value}: peak memory {peak_text}, cpu {cpu_text}, "
-            f"wall {ended_mono - start:.3f}s"
+            f"ended {state.value}: peak memory {peak} bytes, cpu {cpu:.3f}s, wall {wall:.3f}s"
         )
         return JobOutcome(
             state=state,
-            exit_code=exit_code,
-            signal=sig,
+            exit_code=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
             kill_reason=reason,
             peak_memory_bytes=peak,
             oom_kills=usage.oom_kills,
             cpu_time_s=cpu,
             started_at=started_at,
-            ended_at=ended_at,
+            ended_at=time.time(),
             cgroup=cgroup.description,
             outputs=outputs,
         )
 
-    def _terminate(self, cgroup: JobCgroup, pid: int, why: str) -> None:
-        if self.spec.grace_s > 0:
+    def _watch(
+        self, cgroup: JobCgroup, pid: int, pump: OutputPump, start: float
+    ) -> tuple[int, resource.struct_rusage, KillReason | None]:
+        """Log output and enforce the time limit and kill requests until the main process
+        exits; returns its wait status, rusage, and why rbs ended it (if it did)."""
+        spec = self.spec
+        try:
+            pidfd: int | None = os.pidfd_open(pid)
+        except OSError:
+            pidfd = None  # kernels before 5.3: poll waitpid instead
+        pump.add_fd(self._wake_r)
+        if pidfd is not None:
+            pump.add_fd(pidfd)
+        limit_at = start + spec.time_limit_s if spec.time_limit_s is not None else None
+        reason: KillReason | None = None
+        kill_at: float | None = None  # when SIGKILL follows the SIGTERM
+        try:
+            while True:
+                waited, status, rusage = os.wait4(pid, os.WNOHANG)
+                if waited == pid:
+                    return status, rusage, reason
+                now = time.monotonic()
+                with self._lock:
+                    request = self._request
+                if reason is None and request is not None:
+                    reason = request[0]
+                    kill_at = self._terminate(cgroup, pid, request[1], now)
+                elif reason is None and limit_at is not None and now >= limit_at:
+                    reason = KillReason.TIME_LIMIT
+                    why = f"time limit of {_secs(spec.time_limit_s)} reached"
+                    kill_at = self._terminate(cgroup, pid, why, now)
+                if kill_at is not None and now >= kill_at:
+                    if spec.grace_s > 0:
+                        self._sys(f"grace period of {_secs(spec.grace_s)} over: sending SIGKILL")
+                    _kill_all(cgroup, pid, signal.SIGKILL)
+                    kill_at = None
+                wakes = [
+                    t for t in (kill_at, limit_at if reason is None else None) if t is not None
+                ]
+                timeout = max(0.0, min(wakes) - now) if wakes else None
+                if pidfd is None:
+                    timeout = POLL_FALLBACK_S if timeout is None else min(timeout, POLL_FALLBACK_S)
+                if self._wake_r in pump.poll(timeout):
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _terminate(self, cgroup: JobCgroup, pid: int, why: str, now: float) -> float:
+        """Send SIGTERM (unless there is no grace period); returns when SIGKILL is due."""
+        grace = self.spec.grace_s
+        if grace > 0:
             self._sys(
-                f"{why}: sending SIGTERM to the job's processes; "
-                f"SIGKILL follows in {_secs(self.spec.grace_s)}"
+                f"{why}: sending SIGTERM to the job's processes; SIGKILL follows in {_secs(grace)}"
             )
             _kill_all(cgroup, pid, signal.SIGTERM)
         else:
             self._sys(f"{why}: sending SIGKILL to the job's processes (no grace period)")
+        return now + grace
 
-    def _pump(self, fd: int, streams: dict[int, tuple[Stream, LineSplitter]]) -> bool:
-        """Read one chunk from a job pipe and log its lines; False at EOF."""
-        stream, splitter = streams[fd]
-        try:
-            data = os.read(fd, READ_CHUNK)
-        except BlockingIOError:
-            return True
-        if data:
-            self._emit([(stream, text, eol) for text, eol in splitter.feed(data)])
-            return True
-        self._emit([(stream, text, eol) for text, eol in splitter.finish()])
-        del streams[fd]
-        return False
-
-    def _pump_ready(
-        self, streams: dict[int, tuple[Stream, LineSplitter]], poller: select.poll
-    ) -> None:
-        """Log what the pipes hold right now, without waiting for more (bounded, since a
-        process left running may keep writing)."""
-        for _ in range(64):
-            events = poller.poll(0) if streams else []
-            if not events:
-                return
-            for fd, _ in events:
-                if fd in streams and not self._pump(fd, streams):
-                    poller.unregister(fd)
-
-    def _drain(self, streams: dict[int, tuple[Stream, LineSplitter]], poller: select.poll) -> None:
-        """Read what is left in the pipes until EOF (bounded: an escaped process may hold them)."""
-        deadline = time.monotonic() + DRAIN_S
-        while streams:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                for fd in list(streams):
-                    stream, splitter = streams.pop(fd)
-                    self._emit([(stream, text, eol) for text, eol in splitter.finish()])
-                self._sys(
-                    "stopped reading output: a process outside the job's process group "
-                    "and cgroup still holds its stdout/stderr"
-                )
-                return
-            for fd, _ in poller.poll(left * 1000 + 1):
-                if fd in streams and not self._pump(fd, streams):
-                    poller.unregister(fd)
+    def _end_leftovers(self, cgroup: JobCgroup, pgid: int, pump: OutputPump) -> None:
+        """The main process has exited: log its last output, kill what is left of the job,
+        then read the pipes to EOF."""
+        pump.pump_ready()
+        leftovers = len(cgroup.pids()) or len(procs.group_members(pgid))
+        _kill_all(cgroup, pgid, signal.SIGKILL)
+        if leftovers:
+            self._sys(f"killed {leftovers} process(es) left running when the main process ended")
+        if not pump.drain(DRAIN_S):
+            self._sys(
+                "stopped reading output: a process outside the job's process group "
+                "and cgroup still holds its stdout/stderr"
+            )
+        procs.wait_group_gone(pgid)
 
 
 def _kill_all(cgroup: JobCgroup, pgid: int, sig: int) -> None:
