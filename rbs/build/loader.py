@@ -311,7 +311,7 @@ class Loader:
             sl.eval(m, sl.parse(rel, text, BUILD_DIALECT), GLOBALS, loader)
         except sl.StarlarkError as e:
             inner, self.inner_error = self.inner_error, None
-            raise (inner or _to_build_error(str(e), rel)) from None
+            raise (inner or _to_build_error(str(e), rel, pkg.source_lines)) from None
         finally:
             self._current = None
         self.packages[name] = pkg
@@ -334,9 +334,12 @@ def _renamed(rc: RuleClass, kind: str) -> RuleClass:
     )
 
 
-def _to_build_error(text: str, build_file: str) -> BuildError:
+def _to_build_error(text: str, build_file: str, lines: list[str] | None = None) -> BuildError:
     msg = starlark_message(text)
     loc = location_from_starlark(text, prefer_file=build_file)
+    if loc is not None and loc.column == 0 and lines and 0 < loc.line <= len(lines):
+        line = lines[loc.line - 1]
+        loc = Location(file=loc.file, line=loc.line, column=len(line) - len(line.lstrip()) + 1)
     hint = ""
     if "is not allowed in this dialect" in msg and "def" in msg:
         hint = "BUILD files cannot define functions; move the def into a .rbs file and load() it"

@@ -1,0 +1,101 @@
+"""The store-side half of execution: REAPI actions, the action cache, and a runner."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from rbs.build.executor import Backend, Outcome, OutputRef
+from rbs.build.graph import ActionSpec
+from rbs.build.reapi import FUNCTION, prepare
+from rbs.build.runner import ActionCache, ActionRunner, LocalActionCache, LocalRunner
+from rbs.cas.store import BlobStore
+from rbs.cas.tree import TreeEntry
+from rbs.model import Digest
+
+_STDERR_LIMIT = 8000
+
+
+class StoreBackend(Backend):
+    """Turns specs into REAPI actions in `store`, asks `cache`, runs misses on `runner`."""
+
+    def __init__(
+        self, root: Path, store: BlobStore, cache: ActionCache, runner: ActionRunner
+    ) -> None:
+        self.root = root
+        self.store = store
+        self.cache = cache
+        self.runner = runner
+
+    def export(self, digest: Digest, dest: Path, executable: bool) -> None:
+        self.store.export_file(digest, dest, executable=executable, link=True)
+
+    def _ensure_source(self, path: str, digest: Digest) -> None:
+        if not path.startswith("bazel-out/") and not self.store.contains(digest):
+            self.store.put_file(self.root / path, expected=digest)
+
+    def bring_up_to_date(self, spec: ActionSpec, inputs: dict[str, tuple[Digest, bool]]) -> Outcome:
+        if spec.kind == "write":
+            d = self.store.put(spec.content, function=FUNCTION)
+            return Outcome(
+                outputs=(
+                    OutputRef(
+                        path=spec.outputs[0], digest=d, executable=bool(spec.executable_outputs)
+                    ),
+                )
+            )
+        for path, (d, _x) in inputs.items():
+            self._ensure_source(path, d)
+        if spec.kind == "copy":
+            d, _x = inputs[spec.inputs[0]]
+            return Outcome(
+                outputs=(
+                    OutputRef(
+                        path=spec.outputs[0], digest=d, executable=bool(spec.executable_outputs)
+                    ),
+                )
+            )
+        entries = {p: TreeEntry(digest=d, executable=x) for p, (d, x) in inputs.items()}
+        for dest, src in spec.links:
+            d, x = inputs[src]
+            entries[dest] = TreeEntry(digest=d, executable=x)
+        prepared = prepare(self.store, spec, entries)
+        res = self.cache.get(prepared)
+        cached = res is not None
+        if res is None:
+            res = self.runner.execute(prepared)
+        log = res.stdout + res.stderr
+        if res.exit_code != 0 or res.missing:
+            if res.exit_code != 0:
+                err = res.stderr.decode(errors="replace")
+                if len(err) > _STDERR_LIMIT:
+                    err = "...\n" + err[-_STDERR_LIMIT:]
+                msg = f"exit code {res.exit_code}\n  command: {shlex.join(spec.argv)}"
+                if err.strip():
+                    msg += "\n  stderr:\n" + "\n".join(
+                        "    " + line for line in err.rstrip().splitlines()
+                    )
+            else:
+                names = ", ".join(m.rpartition("/")[2] for m in res.missing)
+                msg = (
+                    f"the action did not create its declared output(s): {names}\n"
+                    f"  command: {shlex.join(spec.argv)}"
+                )
+            return Outcome(error=msg, exit_code=res.exit_code, log=log)
+        if not cached:
+            self.cache.put(prepared, res)
+        outs = tuple(
+            OutputRef(path=o.path, digest=o.digest, executable=o.executable) for o in res.outputs
+        )
+        return Outcome(outputs=outs, cached=cached, log=log)
+
+
+def local_backend(root: Path, *, store_dir: Path | None = None) -> StoreBackend:
+    """A store under `.rbs/cas`, the local action cache `.rbs/ac`, and the local runner."""
+    from rbs.cas.disk import DiskStore
+
+    state = root / ".rbs"
+    store = DiskStore(store_dir or state / "cas")
+    return StoreBackend(
+        root, store, LocalActionCache(state / "ac", store), LocalRunner(store, state / "sandbox")
+    )

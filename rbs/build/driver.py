@@ -1,0 +1,195 @@
+"""`build`, `test` and the library call other parts use: patterns in, outputs out."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rbs.build.executor import (
+    OUT_BIN,
+    Backend,
+    Executor,
+    Listener,
+    Report,
+    needed_actions,
+    out_path,
+)
+from rbs.build.graph import BIN_DIR, ActionGraph, File
+from rbs.build.labels import Label
+from rbs.build.state import BuildState, load_cached_analysis, request_key, save_analysis
+from rbs.model import Digest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildOptions:
+    """How to build: parallelism, failure policy, and which backend (local or remote)."""
+
+    jobs: int = os.cpu_count() or 1
+    keep_going: bool = False
+    backend: Callable[[Path], Backend] | None = None  # default: the local store and runner
+    listener: Listener | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class BuildResult:
+    labels: list[Label]
+    graph: ActionGraph | None = None
+    report: Report = field(default_factory=Report)
+    up_to_date: bool = False
+    analysis_cached: bool = False
+    root: Path = Path()
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok
+
+    def outputs(self, label: Label) -> list[tuple[File, Digest, bool]]:
+        """The output files of a target with their digests (the outputs are in the store)."""
+        assert self.graph is not None
+        info = self.graph.targets[label]
+        return [(f, *self._digest(f)) for f in info.files]
+
+    def runfiles(self, label: Label) -> dict[str, tuple[Digest, bool]]:
+        """Runfiles tree of an executable target: `<workspace>/<short path>` -> digest."""
+        assert self.graph is not None
+        info = self.graph.targets[label]
+        ws = self.graph.workspace_name
+        return {f"{ws}/{f.short_path}": self._digest(f) for f in info.runfiles}
+
+    def _digest(self, f: File) -> tuple[Digest, bool]:
+        have = self.report.digests.get(f.path)
+        if have is not None:
+            return have
+        from rbs.build.state import StatCache
+
+        h, size, exe = StatCache().digest(self.root, f.path if f.is_source else out_path(f.path))
+        from rbs.model import DigestFunction
+
+        return Digest(function=DigestFunction.BLAKE3, hash=h, size=size), exe
+
+
+def _analysis(
+    root: Path, patterns: Sequence[str], cwd_package: str, request: str, tests_only: bool
+) -> tuple[list[Label], ActionGraph, bool]:
+    cached = load_cached_analysis(root, request)
+    if cached is not None:
+        labels, graph = cached
+        return labels, graph, True
+    from rbs.build.api import analyze, resolve_patterns
+    from rbs.build.loader import Loader
+    from rbs.build.workspace import Workspace
+
+    ws = Workspace(root=root)
+    loader = Loader(ws)
+    labels = resolve_patterns(loader, patterns, cwd_package=cwd_package, tests_only=tests_only)
+    graph = analyze(loader, labels)
+    deps = set()
+    for path in loader.files_read.values():
+        try:
+            deps.add(path.resolve().relative_to(root).as_posix())
+        except ValueError:
+            deps.add(str(path))
+    dirs = ws.walked_dirs if ws._packages is not None else sorted({p for p in loader.packages})
+    deps.update(d or "." for d in dirs)
+    deps.update(d or "." for d in loader.packages)
+    deps.add("WORKSPACE" if (root / "WORKSPACE").exists() else "WORKSPACE.bazel")
+    save_analysis(root, request, deps, (labels, graph))
+    return labels, graph, False
+
+
+def run_build(
+    root: Path,
+    patterns: Sequence[str],
+    *,
+    options: BuildOptions,
+    cwd_package: str = "",
+    mode: str = "build",
+) -> BuildResult:
+    """Build (mode "build"), or build and test (mode "test"), the targets of `patterns`."""
+    state = BuildState.load(root)
+    request = request_key(patterns, cwd_package, mode)
+    if mode == "build" and state.is_noop(request):
+        return BuildResult(labels=[], up_to_date=True, root=root)
+    labels, graph, cached = _analysis(
+        root, patterns, cwd_package, request, tests_only=mode == "test"
+    )
+    paths: list[str] = []
+    tests: list[int] = []
+    test_owners = {a.owner: i for i, a in enumerate(graph.actions) if a.is_test}
+    for label in labels:
+        info = graph.targets[label]
+        paths.extend(f.path for f in info.files)
+        if info.executable is not None:
+            paths.extend(f.path for f in info.runfiles)
+        if mode == "test" and label in test_owners:
+            tests.append(test_owners[label])
+    indices = needed_actions(graph, paths, tests=tests)
+    factory = options.backend
+    if factory is None:
+        from rbs.build.backend import local_backend
+
+        factory = local_backend
+    executor = Executor(
+        root,
+        state,
+        lambda: factory(root),
+        jobs=options.jobs,
+        keep_going=options.keep_going,
+        listener=options.listener,
+    )
+    report = executor.run(graph, indices)
+    result = BuildResult(
+        labels=labels, graph=graph, report=report, analysis_cached=cached, root=root
+    )
+    if report.ok:
+        for label in labels:
+            info = graph.targets[label]
+            if info.executable is not None:
+                write_runfiles_tree(root, graph, label)
+    if mode == "build" and report.ok:
+        deps = _noop_paths(root, graph, indices, request)
+        state.record_noop(request, deps)
+    else:
+        state.forget_noop(request)
+    state.save()
+    return result
+
+
+def _noop_paths(root: Path, graph: ActionGraph, indices: list[int], request: str) -> list[str]:
+    from rbs.build.state import _load
+
+    rec = _load(root / ".rbs" / "state" / f"analysis-{request}.pickle")
+    paths = [p for p, _ in rec[0]] if rec else []
+    for i in indices:
+        a = graph.actions[i]
+        paths.extend(p for p in a.inputs if not p.startswith(BIN_DIR))
+        paths.extend(out_path(p) for p in a.outputs)
+    return paths
+
+
+def write_runfiles_tree(root: Path, graph: ActionGraph, label: Label) -> Path:
+    """rbs-out/bin/<pkg>/<name>.runfiles/<workspace>/...: symlinks to sources and outputs."""
+    info = graph.targets[label]
+    assert info.executable is not None
+    base = root / out_path(info.executable.path)
+    rf = base.with_name(base.name + ".runfiles")
+    ws_dir = rf / graph.workspace_name
+    want: dict[Path, Path] = {}
+    for f in info.runfiles:
+        src = root / (f.path if f.is_source else out_path(f.path))
+        want[ws_dir / f.short_path] = src
+    for link, src in want.items():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if link.is_symlink() and os.readlink(link) == str(src):
+                continue
+            link.unlink()
+        except FileNotFoundError:
+            pass
+        os.symlink(src, link)
+    return rf
+
+
+__all__ = ["OUT_BIN", "BuildOptions", "BuildResult", "run_build", "write_runfiles_tree"]

@@ -1,0 +1,285 @@
+"""Runs an action graph: dependency order, `-j N` threads, caches, early cutoff, rbs-out/.
+
+Per action, cheapest first: (1) the memo in the incremental state maps a signature of
+the action and its input digests to its outputs, so an unchanged action costs a hash
+and a few stats; (2) otherwise the action becomes a REAPI Action in the store and the
+action cache is asked; (3) otherwise the runner executes it. Because outputs are
+compared by digest, an action that reproduces the same bytes stops the rebuild from
+spreading to its dependents (early cutoff).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rbs.build.graph import BIN_DIR, ActionGraph, ActionSpec
+from rbs.build.state import BuildState, out_key, signature
+from rbs.model import Digest, DigestFunction
+
+log = logging.getLogger(__name__)
+OUT_BIN = "rbs-out/bin"
+
+
+def out_path(exec_path: str) -> str:
+    """Where a generated file appears in the workspace: rbs-out/bin/<short path>."""
+    return OUT_BIN + exec_path[len(BIN_DIR) :]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failure:
+    spec: ActionSpec
+    message: str
+
+
+@dataclass(slots=True)
+class Report:
+    """What one execution did."""
+
+    total: int = 0
+    executed: int = 0
+    cache_hits: int = 0
+    memo_hits: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    tests: dict[int, tuple[int, bool, bytes]] = field(
+        default_factory=dict
+    )  # idx -> (exit, cached, log)
+    digests: dict[str, tuple[Digest, bool]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+class Listener:
+    """Progress callbacks (the terminal display implements them)."""
+
+    def start(self, total: int) -> None: ...
+    def action_started(self, spec: ActionSpec) -> None: ...
+    def action_finished(self, spec: ActionSpec, *, how: str) -> None: ...
+    def failure(self, failure: Failure) -> None: ...
+    def finish(self, report: Report) -> None: ...
+
+
+def needed_actions(
+    graph: ActionGraph, paths: Iterable[str], *, tests: Iterable[int] = ()
+) -> list[int]:
+    """Indices of the actions that create `paths` (and their inputs), plus `tests`."""
+    producer = graph.producer()
+    todo = [producer[p] for p in paths if p in producer] + list(tests)
+    seen: set[int] = set()
+    while todo:
+        i = todo.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        a = graph.actions[i]
+        todo.extend(producer[p] for p in a.inputs if p in producer)
+    return sorted(seen)
+
+
+class Executor:
+    """Executes part of an action graph; one instance per build."""
+
+    def __init__(
+        self,
+        root: Path,
+        state: BuildState,
+        backend: Callable[[], Backend],
+        *,
+        jobs: int,
+        keep_going: bool = False,
+        listener: Listener | None = None,
+    ) -> None:
+        self.root = root
+        self.state = state
+        self._backend_factory = backend
+        self._backend: Backend | None = None
+        self.jobs = max(1, jobs)
+        self.keep_going = keep_going
+        self.listener = listener or Listener()
+        self._lock = threading.Lock()
+
+    @property
+    def backend(self) -> Backend:
+        # The store, protobuf and the runner load only when some action misses the memo.
+        with self._lock:
+            if self._backend is None:
+                self._backend = self._backend_factory()
+            return self._backend
+
+    def run(self, graph: ActionGraph, indices: list[int]) -> Report:
+        report = Report(total=len(indices))
+        producer = graph.producer()
+        wanted = set(indices)
+        deps: dict[int, set[int]] = {}
+        users: dict[int, list[int]] = {i: [] for i in indices}
+        for i in indices:
+            a = graph.actions[i]
+            ds = {producer[p] for p in a.inputs if p in producer} & wanted
+            deps[i] = ds
+            for d in ds:
+                users[d].append(i)
+        self.listener.start(len(indices))
+        ready = [i for i in indices if not deps[i]]
+        blocked: set[int] = set()
+        running: dict[Future[tuple[str, str]], int] = {}
+        digests = report.digests
+        stop = False
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            while ready or running:
+                while ready and not stop:
+                    i = ready.pop()
+                    spec = graph.actions[i]
+                    running[pool.submit(self._one, spec, digests, report, i)] = i
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = running.pop(fut)
+                    spec = graph.actions[i]
+                    exc = fut.exception()
+                    if exc is not None:
+                        how, msg = "failed", f"{type(exc).__name__}: {exc}"
+                    else:
+                        how, msg = fut.result()
+                    if how == "failed":
+                        f = Failure(spec=spec, message=msg)
+                        report.failures.append(f)
+                        self.listener.failure(f)
+                        self._block(i, users, blocked)
+                        if not self.keep_going:
+                            stop = True
+                        continue
+                    self.listener.action_finished(spec, how=how)
+                    for u in users[i]:
+                        deps[u].discard(i)
+                        if not deps[u] and u not in blocked:
+                            ready.append(u)
+                if stop:
+                    ready.clear()
+        self.listener.finish(report)
+        return report
+
+    def _block(self, i: int, users: dict[int, list[int]], blocked: set[int]) -> None:
+        todo = list(users[i])
+        while todo:
+            u = todo.pop()
+            if u not in blocked:
+                blocked.add(u)
+                todo.extend(users[u])
+
+    def _input_digest(
+        self, path: str, digests: dict[str, tuple[Digest, bool]]
+    ) -> tuple[Digest, bool]:
+        have = digests.get(path)
+        if have is not None:
+            return have
+        h, size, exe = self.state.stats.digest(self.root, path)
+        d = Digest(function=DigestFunction.BLAKE3, hash=h, size=size)
+        with self._lock:
+            digests[path] = (d, exe)
+        return d, exe
+
+    def _one(
+        self, spec: ActionSpec, digests: dict[str, tuple[Digest, bool]], report: Report, idx: int
+    ) -> tuple[str, str]:
+        """Bring one action's outputs up to date; returns (how, failure message)."""
+        try:
+            inputs = {p: self._input_digest(p, digests) for p in spec.inputs}
+        except FileNotFoundError as e:
+            return (
+                "failed",
+                f"missing input {e.filename}: it was deleted after analysis; build again",
+            )
+        sig = signature(
+            [
+                repr(spec),
+                *(f"{p}={d.hash}/{d.size}/{int(x)}" for p, (d, x) in sorted(inputs.items())),
+            ]
+        )
+        memo = self.state.memo.get(sig)
+        if memo is not None and self._outputs_intact(memo):
+            with self._lock:
+                for path, text, exe in memo:
+                    digests[path] = (Digest.parse(text), exe)
+                report.memo_hits += 1
+                if spec.is_test:
+                    report.tests[idx] = (0, True, b"")
+            return "memo", ""
+        self.listener.action_started(spec)
+        outcome = self.backend.bring_up_to_date(spec, inputs)
+        if outcome.error:
+            if spec.is_test:
+                with self._lock:
+                    report.tests[idx] = (outcome.exit_code, False, outcome.log)
+                return "test-failed", ""
+            return "failed", outcome.error
+        produced = tuple((o.path, str(o.digest), o.executable) for o in outcome.outputs)
+        for path, text, exe in produced:
+            self._publish(path, Digest.parse(text), exe)
+        with self._lock:
+            for path, text, exe in produced:
+                digests[path] = (Digest.parse(text), exe)
+            self.state.memo[sig] = produced
+            if outcome.cached:
+                report.cache_hits += 1
+            else:
+                report.executed += 1
+            if spec.is_test:
+                report.tests[idx] = (0, outcome.cached, outcome.log)
+        return ("cached" if outcome.cached else "executed"), ""
+
+    def _outputs_intact(self, memo: tuple[tuple[str, str, bool], ...]) -> bool:
+        # A memo entry names files under rbs-out/; their stat data proves they were not
+        # touched since we published them (hardlinks into the store, read-only).
+        for path, _text, _exe in memo:
+            rel = out_path(path)
+            k = self.state.published.get(rel)
+            if k is None or out_key(self.root / rel) != k:
+                return False
+        return True
+
+    def _publish(self, exec_path: str, digest: Digest, executable: bool) -> None:
+        rel = out_path(exec_path)
+        dest = self.root / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.rbs-tmp-{os.getpid()}-{threading.get_ident()}")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        self.backend.export(digest, tmp, executable)
+        os.replace(tmp, dest)
+        with self._lock:
+            self.state.published[rel] = out_key(dest)
+
+
+class Backend:
+    """The store-side half of execution (imported lazily; see backend.py)."""
+
+    def bring_up_to_date(self, spec: ActionSpec, inputs: dict[str, tuple[Digest, bool]]) -> Outcome:
+        raise NotImplementedError
+
+    def export(self, digest: Digest, dest: Path, executable: bool) -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    outputs: tuple[OutputRef, ...] = ()
+    cached: bool = False
+    error: str = ""
+    exit_code: int = 0
+    log: bytes = b""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputRef:
+    path: str
+    digest: Digest
+    executable: bool

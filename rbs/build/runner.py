@@ -1,0 +1,147 @@
+"""Action runners and the local action cache: where a prepared REAPI action executes.
+
+`ActionRunner` is the seam for remote execution: the local runner below and a remote
+REAPI runner take the same `PreparedAction` (whose Command, Action and input root are
+already in the store) and return an `ExecResult` whose outputs are in the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from rbs.build.reapi import FUNCTION, ExecResult, OutputFile, PreparedAction, from_result, to_result
+from rbs.cas.store import BlobStore
+from rbs.cas.tree import materialize
+from rbs.model import Digest
+
+_seq = itertools.count()
+
+
+class ActionCache(ABC):
+    """Action digest -> ActionResult, for successful actions only."""
+
+    @abstractmethod
+    def get(self, action: PreparedAction) -> ExecResult | None: ...
+
+    @abstractmethod
+    def put(self, action: PreparedAction, result: ExecResult) -> None: ...
+
+
+class LocalActionCache(ActionCache):
+    """One file per entry, `<root>/<hh>/<hash>`, holding the serialized ActionResult.
+
+    A hit counts only if every output blob is still in the store (the store may evict).
+    """
+
+    def __init__(self, root: Path, store: BlobStore) -> None:
+        self.root = root
+        self.store = store
+
+    def _path(self, d: Digest) -> Path:
+        return self.root / d.hash[:2] / d.hash
+
+    def get(self, action: PreparedAction) -> ExecResult | None:
+        try:
+            data = self._path(action.digest).read_bytes()
+        except FileNotFoundError:
+            return None
+        ar = re_pb2.ActionResult()
+        try:
+            ar.ParseFromString(data)
+        except Exception:  # a torn or foreign file is a miss, never an error
+            return None
+        res = from_result(ar, action.spec.working_directory, cached=True)
+        if self.store.find_missing([o.digest for o in res.outputs]):
+            return None
+        return res
+
+    def put(self, action: PreparedAction, result: ExecResult) -> None:
+        path = self._path(action.digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp.")
+        with os.fdopen(fd, "wb") as f:
+            f.write(
+                to_result(result, action.spec.working_directory).SerializeToString(
+                    deterministic=True
+                )
+            )
+        os.replace(tmp, path)
+
+
+class ActionRunner(ABC):
+    """Executes prepared actions; outputs end up in the store."""
+
+    @abstractmethod
+    def execute(self, action: PreparedAction) -> ExecResult: ...
+
+    def close(self) -> None:  # noqa: B027 (optional hook; most runners hold nothing)
+        """Release resources (connections, sandboxes)."""
+
+
+class LocalRunner(ActionRunner):
+    """Runs each action in a fresh sandbox folder that holds only its declared inputs."""
+
+    def __init__(
+        self, store: BlobStore, sandbox_root: Path, *, keep_sandboxes: bool = False
+    ) -> None:
+        self.store = store
+        self.sandbox_root = sandbox_root
+        self.keep = keep_sandboxes
+        sandbox_root.mkdir(parents=True, exist_ok=True)
+
+    def execute(self, action: PreparedAction) -> ExecResult:
+        box = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{next(_seq)}-", dir=self.sandbox_root))
+        try:
+            return self._run(action, box)
+        finally:
+            if not self.keep:
+                shutil.rmtree(box, ignore_errors=True)
+
+    def _run(self, action: PreparedAction, box: Path) -> ExecResult:
+        exec_root = box / "execroot"
+        materialize(self.store, action.input_root, exec_root, link=True)
+        cmd = action.command
+        cwd = exec_root / cmd.working_directory if cmd.working_directory else exec_root
+        env = {e.name: e.value for e in cmd.environment_variables}
+        tmp = box / "tmp"
+        tmp.mkdir()
+        env.setdefault("TMPDIR", str(tmp))
+        try:
+            proc = subprocess.run(
+                list(cmd.arguments),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                check=False,
+            )
+            code, out, err = proc.returncode, proc.stdout, proc.stderr
+        except OSError as e:
+            code, out, err = 127, b"", f"cannot start {cmd.arguments[0]!r}: {e}\n".encode()
+        outputs: list[OutputFile] = []
+        missing: list[str] = []
+        for rel in cmd.output_files:
+            p = cwd / rel
+            full = f"{cmd.working_directory}/{rel}" if cmd.working_directory else rel
+            if not p.is_file() or (p.is_symlink() and not p.exists()):
+                missing.append(full)
+                continue
+            executable = os.access(p, os.X_OK)
+            digest = self.store.put_file(p, function=FUNCTION)
+            outputs.append(OutputFile(path=full, digest=digest, executable=executable))
+        return ExecResult(
+            exit_code=code, outputs=tuple(outputs), stdout=out, stderr=err, missing=tuple(missing)
+        )
+
+
+def remove_tree(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(path)

@@ -1,0 +1,169 @@
+"""Incremental state under `.rbs/`: a stat cache for sources and the no-op fast path.
+
+The stat cache maps a path to (mtime_ns, size, inode, ctime_ns) and the digest it had,
+so an unchanged file is never hashed again. The fast-path record lists every file and
+folder a build looked at (BUILD and .rbs files, walked folders, sources, outputs under
+rbs-out/) with its stat data: when all of them are unchanged the build is a no-op and
+rbs returns without loading Starlark, protobuf or the store. This module imports only
+the standard library and blake3 so that the check stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+FORMAT = 3
+StatKey = tuple[int, int, int, int]  # mtime_ns, size, inode, ctime_ns
+
+
+def stat_key(path: str | Path) -> StatKey | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
+
+
+def out_key(path: str | Path) -> StatKey | None:
+    """Stat data of a published output, without ctime: hardlinking the same blob into a
+    sandbox changes the inode's ctime but not the file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino, 0)
+
+
+def _key(root: Path, rel: str) -> StatKey | None:
+    return out_key(root / rel) if rel.startswith("rbs-out/") else stat_key(root / rel)
+
+
+def request_key(patterns: Iterable[str], cwd_package: str, mode: str) -> str:
+    """Names one kind of request (patterns + cwd + build/test/run) in the state."""
+    text = "\0".join([mode, cwd_package, *patterns])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _load(path: Path) -> Any:
+    try:
+        with open(path, "rb") as f:
+            data = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    return data.get("value")
+
+
+def _save(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump({"format": FORMAT, "value": value}, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+@dataclass(slots=True)
+class StatCache:
+    """path -> (stat key, digest hash, executable); hashes only files whose stat changed."""
+
+    entries: dict[str, tuple[StatKey, str, int, bool]] = field(default_factory=dict)
+    hashed: int = 0
+
+    def digest(self, root: Path, rel: str) -> tuple[str, int, bool]:
+        """(blake3 hex, size, executable) of a workspace file; raises OSError if missing."""
+        full = root / rel
+        st = os.stat(full)
+        key = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
+        have = self.entries.get(rel)
+        if have is not None and have[0] == key:
+            return have[1], have[2], have[3]
+        h = blake3.blake3()
+        with open(full, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        value = (h.hexdigest(), st.st_size, bool(st.st_mode & 0o111))
+        self.entries[rel] = (key, *value)
+        self.hashed += 1
+        return value
+
+
+@dataclass(slots=True)
+class BuildState:
+    """Everything kept between builds of one workspace."""
+
+    root: Path
+    stats: StatCache = field(default_factory=StatCache)
+    # action signature -> ((output path, digest text, executable), ...)
+    memo: dict[str, tuple[tuple[str, str, bool], ...]] = field(default_factory=dict)
+    # request key -> ((path, stat key or None), ...): the no-op fast path
+    noop: dict[str, tuple[tuple[str, StatKey | None], ...]] = field(default_factory=dict)
+    # rbs-out path -> stat data when rbs published it
+    published: dict[str, StatKey | None] = field(default_factory=dict)
+
+    @property
+    def dir(self) -> Path:
+        return self.root / ".rbs" / "state"
+
+    @classmethod
+    def load(cls, root: Path) -> BuildState:
+        st = cls(root=root)
+        value = _load(st.dir / "state.pickle")
+        if isinstance(value, tuple) and len(value) == 4:
+            st.stats.entries, st.memo, st.noop, st.published = value
+        return st
+
+    def save(self) -> None:
+        _save(self.dir / "state.pickle", (self.stats.entries, self.memo, self.noop, self.published))
+
+    def is_noop(self, request: str) -> bool:
+        """True when every path the last build of `request` looked at is unchanged."""
+        rec = self.noop.get(request)
+        if not rec:
+            return False
+        root = self.root
+        return all(_key(root, p) == k for p, k in rec)
+
+    def record_noop(self, request: str, paths: Iterable[str]) -> None:
+        root = self.root
+        self.noop[request] = tuple((p, _key(root, p)) for p in sorted(set(paths)))
+
+    def forget_noop(self, request: str) -> None:
+        self.noop.pop(request, None)
+
+
+def load_cached_analysis(root: Path, request: str) -> Any:
+    """The analysis saved for `request` if none of the files it read changed, else None."""
+    value = _load(root / ".rbs" / "state" / f"analysis-{request}.pickle")
+    if not isinstance(value, tuple) or len(value) != 2:
+        return None
+    deps, payload = value
+    if all(stat_key(root / p) == k for p, k in deps):
+        return payload
+    return None
+
+
+def save_analysis(root: Path, request: str, deps: Iterable[str], payload: Any) -> None:
+    rec = tuple((p, stat_key(root / p)) for p in sorted(set(deps)))
+    _save(root / ".rbs" / "state" / f"analysis-{request}.pickle", (rec, payload))
+
+
+def signature(parts: Iterable[str]) -> str:
+    h = blake3.blake3()
+    for p in parts:
+        h.update(p.encode())
+        h.update(b"\0")
+    return str(h.hexdigest())

@@ -1,0 +1,245 @@
+"""`rbs build`, `run`, `test`, `query`, `clean`: the command-line face of rbs.build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from rbs.build.errors import BuildError
+
+
+def _fail(e: BuildError) -> NoReturn:
+    click.echo(e.render(), err=True)
+    sys.exit(1)
+
+
+def _workspace() -> tuple[Path, str]:
+    from rbs.build.workspace import find_root
+
+    root = find_root(Path.cwd())
+    rel = Path.cwd().resolve().relative_to(root).as_posix()
+    return root, "" if rel == "." else rel
+
+
+def build_options(jobs: int | None, keep_going: bool, plain: bool) -> Any:
+    """The one place where command-line options become BuildOptions (and pick a backend).
+
+    A remote runner (`--remote host:port`) plugs in here as `backend=`.
+    """
+    from rbs.build.driver import BuildOptions
+    from rbs.build.progress import make_progress
+
+    if jobs is not None and jobs < 1:
+        raise click.BadParameter(f"-j must be at least 1, got {jobs}", param_hint="-j/--jobs")
+    return BuildOptions(
+        jobs=jobs or os.cpu_count() or 1, keep_going=keep_going, listener=make_progress(plain)
+    )
+
+
+def _common(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "-j", "--jobs", type=int, default=None, help="Actions to run at once (default: cores)."
+    )(f)
+    f = click.option(
+        "-k",
+        "--keep-going",
+        "--keep_going",
+        "keep_going",
+        is_flag=True,
+        help="Build as much as possible after a failure.",
+    )(f)
+    f = click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")(f)
+    return f
+
+
+def _summary(result: Any, started: float) -> None:
+    rep = result.report
+    took = time.monotonic() - started
+    if result.up_to_date:
+        click.echo(f"rbs: up to date ({took:.2f}s)", err=True)
+        return
+    click.echo(
+        f"rbs: {rep.total} actions: {rep.executed} run, {rep.cache_hits} cache hits, "
+        f"{rep.memo_hits} unchanged ({took:.2f}s)",
+        err=True,
+    )
+
+
+@click.command("build")
+@click.argument("patterns", nargs=-1, required=True)
+@_common
+def build(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool) -> None:
+    """Build targets: //pkg:name, //pkg:all, //pkg/..., //... ."""
+    from rbs.build.driver import run_build
+    from rbs.build.executor import out_path
+
+    started = time.monotonic()
+    try:
+        root, cwd_pkg = _workspace()
+        result = run_build(
+            root, patterns, options=build_options(jobs, keep_going, plain), cwd_package=cwd_pkg
+        )
+    except BuildError as e:
+        _fail(e)
+    _summary(result, started)
+    if not result.ok:
+        click.echo(f"rbs: build failed: {len(result.report.failures)} action(s) failed", err=True)
+        sys.exit(1)
+    if result.graph is not None and len(result.labels) <= 20:
+        for label in result.labels:
+            info = result.graph.targets[label]
+            click.echo(f"Target {label} up-to-date:", err=True)
+            for f in info.files:
+                click.echo(f"  {f.path if f.is_source else out_path(f.path)}", err=True)
+
+
+@click.command("test")
+@click.argument("patterns", nargs=-1, required=True)
+@_common
+def test(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool) -> None:
+    """Build and run the tests among targets; exit 3 when a test fails."""
+    from rbs.build.driver import run_build
+
+    started = time.monotonic()
+    try:
+        root, cwd_pkg = _workspace()
+        result = run_build(
+            root,
+            patterns,
+            options=build_options(jobs, True, plain),
+            cwd_package=cwd_pkg,
+            mode="test",
+        )
+    except BuildError as e:
+        _fail(e)
+    assert result.graph is not None
+    graph = result.graph
+    passed = failed = 0
+    for idx, (code, cached, log) in sorted(
+        result.report.tests.items(), key=lambda kv: str(graph.actions[kv[0]].owner)
+    ):
+        owner = graph.actions[idx].owner
+        if code == 0:
+            passed += 1
+            click.echo(f"{owner}  {'(cached) ' if cached else ''}PASSED")
+        else:
+            failed += 1
+            click.echo(f"{owner}  FAILED (exit code {code})")
+            text = log.decode(errors="replace").rstrip()
+            if text:
+                click.echo("\n".join("    " + line for line in text.splitlines()[-40:]))
+    not_run = [
+        a.owner
+        for i, a in enumerate(graph.actions)
+        if a.is_test and a.owner in result.labels and i not in result.report.tests
+    ]
+    for owner in not_run:
+        click.echo(f"{owner}  NO STATUS (its build failed)")
+    _summary(result, started)
+    click.echo(f"rbs: {passed} passed, {failed} failed, {len(not_run)} not run")
+    if not result.labels:
+        click.echo("rbs: no test targets matched", err=True)
+    if failed or not_run or (not result.ok and not result.report.tests):
+        sys.exit(3 if failed else 1)
+
+
+@click.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("target")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@_common
+def run(
+    target: str, args: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool
+) -> None:
+    """Build an executable target and run it: rbs run //pkg:bin -- ARGS."""
+    from rbs.build.driver import run_build
+    from rbs.build.executor import out_path
+
+    try:
+        root, cwd_pkg = _workspace()
+        result = run_build(
+            root,
+            [target],
+            options=build_options(jobs, keep_going, plain),
+            cwd_package=cwd_pkg,
+            mode="run",
+        )
+        if not result.ok:
+            click.echo("rbs: build failed; not running", err=True)
+            sys.exit(1)
+        assert result.graph is not None
+        if len(result.labels) != 1:
+            raise BuildError(
+                f"{target} names {len(result.labels)} targets",
+                hint="rbs run takes exactly one target",
+            )
+        info = result.graph.targets[result.labels[0]]
+        if info.executable is None:
+            raise BuildError(
+                f"{info.label} ({info.kind}) is not executable",
+                hint="rbs run works on sh_binary, py_binary, tests and other executable rules",
+            )
+    except BuildError as e:
+        _fail(e)
+    exe = root / out_path(info.executable.path)
+    rf = Path(f"{exe}.runfiles")
+    env = dict(
+        os.environ,
+        RUNFILES_DIR=str(rf),
+        BUILD_WORKSPACE_DIRECTORY=str(root),
+        BUILD_WORKING_DIRECTORY=os.getcwd(),
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.chdir(rf / result.graph.workspace_name)
+    os.execve(exe, [str(exe), *args], env)
+
+
+@click.command("query")
+@click.argument("expression")
+@click.option(
+    "--output",
+    type=click.Choice(["label", "label_kind"]),
+    default="label",
+    help="What to print per target.",
+)
+def query(expression: str, output: str) -> None:
+    """List targets: rbs query //..., rbs query 'deps(//pkg:x)'."""
+    from rbs.build.loader import Loader
+    from rbs.build.query import run_query
+    from rbs.build.workspace import Workspace
+
+    try:
+        root, cwd_pkg = _workspace()
+        rows = run_query(Loader(Workspace(root=root)), expression, cwd_package=cwd_pkg)
+    except BuildError as e:
+        _fail(e)
+    for label, kind in rows:
+        click.echo(f"{kind} {label}" if output == "label_kind" else str(label))
+
+
+@click.command("clean")
+@click.option(
+    "--expunge", is_flag=True, help="Also delete the local store and action cache (.rbs/)."
+)
+def clean(expunge: bool) -> None:
+    """Delete rbs-out/ and the build state (and with --expunge, all of .rbs/)."""
+    try:
+        root, _ = _workspace()
+    except BuildError as e:
+        _fail(e)
+    targets = [root / "rbs-out", root / ".rbs" / "state", root / ".rbs" / "sandbox"]
+    if expunge:
+        targets.append(root / ".rbs")
+    for p in targets:
+        shutil.rmtree(p, ignore_errors=True)
+    click.echo(
+        f"rbs: cleaned {'rbs-out/ and .rbs/' if expunge else 'rbs-out/ and the build state'}",
+        err=True,
+    )
