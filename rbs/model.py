@@ -88,3 +88,202 @@ class Digest:
 
     def __str__(self) -> str:
         return f"{self.function.value}:{self.hash}/{self.size}"
+
+
+# ---------------------------------------------------------------- jobs (scheduler)
+# The job manifest family: what a job runs and what it asks for. CLI flags and BUILD
+# job rules both produce a JobManifest; the scheduler stores and runs exactly that.
+# JSON conversion and text parsing (durations, quantities) live in rbs.scheduler.
+
+MANIFEST_API_VERSION = "rbs/v1"
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Variables the scheduler sets itself; a job may not override them, since pinning and
+# attempt numbers must be what the scheduler decided.
+RESERVED_ENV_PREFIX = "RBS_"
+RESERVED_ENV = frozenset(
+    {"CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+)
+
+
+class JobState(enum.Enum):
+    """A job's (or array task's) state, with Slurm's names."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING)
+
+
+class DepKind(enum.Enum):
+    """How a job depends on another one (Slurm's --dependency kinds)."""
+
+    AFTEROK = "afterok"
+    AFTERANY = "afterany"
+    AFTERNOTOK = "afternotok"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dependency:
+    """Run only after job `job_id` ended in the way `kind` asks for."""
+
+    kind: DepKind
+    job_id: int
+
+    def __post_init__(self) -> None:
+        if self.job_id < 1:
+            raise ValueError(f"dependency on job id {self.job_id}: job ids start at 1")
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}:{self.job_id}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArraySpec:
+    """The indices of a job array, as sorted disjoint ranges, and the %N throttle."""
+
+    # (first, last, step), last inclusive, sorted by first, spans disjoint.
+    ranges: tuple[tuple[int, int, int], ...]
+    throttle: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ranges:
+            raise ValueError("array spec without indices")
+        prev_last = -1
+        canonical = []
+        for first, last, step in self.ranges:
+            if first < 0 or last < first or step < 1:
+                raise ValueError(f"bad array range {first}-{last}:{step}")
+            if first <= prev_last:
+                raise ValueError(f"array ranges overlap or are unsorted at index {first}")
+            # Canonical form: `last` is an index the step reaches; one index has step 1.
+            last -= (last - first) % step
+            canonical.append((first, last, step if last > first else 1))
+            prev_last = last
+        object.__setattr__(self, "ranges", tuple(canonical))
+        if self.throttle is not None and self.throttle < 1:
+            raise ValueError(f"array throttle %{self.throttle} must be at least 1")
+
+    @property
+    def size(self) -> int:
+        return sum((last - first) // step + 1 for first, last, step in self.ranges)
+
+    def __str__(self) -> str:
+        parts = []
+        for first, last, step in self.ranges:
+            text = str(first) if first == last else f"{first}-{last}"
+            parts.append(text + (f":{step}" if step != 1 and first != last else ""))
+        return ",".join(parts) + (f"%{self.throttle}" if self.throttle else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resources:
+    """What one node of a job reserves on a worker: millicores, bytes, whole GPUs."""
+
+    cpu_millis: int = 1000
+    memory_bytes: int = 1 << 30
+    gpus: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cpu_millis < 1:
+            raise ValueError(f"cpu request {self.cpu_millis}m must be at least 1m")
+        if self.memory_bytes < 1:
+            raise ValueError(f"memory request {self.memory_bytes} bytes must be positive")
+        if self.gpus < 0:
+            raise ValueError(f"gpu request {self.gpus} must not be negative")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobManifest:
+    """A batch job, fully resolved: the versioned structure the scheduler stores and runs."""
+
+    name: str
+    command: tuple[str, ...]
+    input_root: Digest | None = None
+    resources: Resources = Resources()
+    queue: str = "batch"
+    priority: int = 0
+    time_limit: int | None = None  # seconds; None: the queue's default
+    nodes: int = 1
+    elastic: bool = False
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    max_retries: int = 0
+    requeue: bool = True
+    checkpoint_dir: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    outputs: tuple[str, ...] = ()
+    array: ArraySpec | None = None
+    dependencies: tuple[Dependency, ...] = ()
+    begin_time: float | None = None  # epoch seconds; PENDING (BeginTime) until then
+    api_version: str = MANIFEST_API_VERSION
+
+    def __post_init__(self) -> None:
+        if self.api_version != MANIFEST_API_VERSION:
+            raise ValueError(
+                f"unsupported manifest apiVersion {self.api_version!r}; "
+                f"this rbs reads {MANIFEST_API_VERSION!r}"
+            )
+        if not self.name.strip():
+            raise ValueError("job name is empty; give one with --name or name=")
+        if not self.command or not self.command[0]:
+            raise ValueError("job command is empty; give a command after -- or a --script")
+        if not self.queue:
+            raise ValueError("job queue is empty")
+        if self.time_limit is not None and self.time_limit < 1:
+            raise ValueError(f"time_limit {self.time_limit}s must be at least 1 second")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries {self.max_retries} must not be negative")
+        self._check_nodes()
+        # Normalize env so that equal manifests are equal objects and equal JSON.
+        env = tuple(sorted(self.env))
+        for (key, _), (prev, _) in zip(env[1:], env, strict=False):
+            if key == prev:
+                raise ValueError(f"env variable {key} given twice")
+        for key, _ in env:
+            if not _ENV_KEY.fullmatch(key):
+                raise ValueError(f"env name {key!r} is not a valid variable name")
+            if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV:
+                raise ValueError(
+                    f"env variable {key} is set by the scheduler and cannot be overridden"
+                )
+        object.__setattr__(self, "env", env)
+        object.__setattr__(
+            self,
+            "dependencies",
+            tuple(sorted(set(self.dependencies), key=lambda d: (d.kind.value, d.job_id))),
+        )
+
+    def _check_nodes(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"nodes {self.nodes} must be at least 1")
+        if self.elastic:
+            if self.min_nodes is None or self.max_nodes is None:
+                raise ValueError("an elastic job needs both min_nodes and max_nodes")
+            if not 1 <= self.min_nodes <= self.max_nodes:
+                raise ValueError(
+                    f"min_nodes {self.min_nodes} / max_nodes {self.max_nodes}: "
+                    "want 1 <= min_nodes <= max_nodes"
+                )
+        elif self.min_nodes is not None or self.max_nodes is not None:
+            raise ValueError("min_nodes/max_nodes need elastic = true (or use nodes = N)")
+        if self.array is not None and self.node_range[1] > 1:
+            raise ValueError(
+                "a job array cannot also be a multi-node gang; submit one or the other"
+            )
+
+    @property
+    def node_range(self) -> tuple[int, int]:
+        """The fewest and the most nodes the job can run on."""
+        if self.elastic:
+            assert self.min_nodes is not None and self.max_nodes is not None
+            return self.min_nodes, self.max_nodes
+        return self.nodes, self.nodes

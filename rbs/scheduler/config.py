@@ -1,0 +1,125 @@
+"""Queue and scheduler settings as frozen dataclasses, with a loader from parsed TOML tables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rbs.scheduler import specs
+from rbs.scheduler.specs import SpecError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueConfig:
+    """A queue (Slurm partition): its priority weight and time limits in seconds."""
+
+    name: str
+    priority_weight: int = 0
+    default_time_limit: int | None = None
+    max_time_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a queue needs a name")
+        if (
+            self.default_time_limit is not None
+            and self.max_time_limit is not None
+            and self.default_time_limit > self.max_time_limit
+        ):
+            raise ValueError(
+                f"queue {self.name}: default time limit {self.default_time_limit}s is above "
+                f"its max {self.max_time_limit}s"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig:
+    """Everything the scheduler core is told instead of reading a clock or a file."""
+
+    queues: tuple[QueueConfig, ...] = (QueueConfig(name="batch"),)
+    # A worker silent for this long is lost: its tasks are requeued (or NODE_FAIL).
+    heartbeat_timeout: float = 30.0
+    # One priority point per interval pending, up to the cap: nothing waits forever
+    # behind a stream of equal-priority newcomers, yet --priority still dominates.
+    age_interval: float = 60.0
+    age_max: int = 1440
+    max_array_size: int = 1_000_000
+    # How many blocked jobs per pass hold a reservation against skip-ahead.
+    reservation_depth: int = 4
+    # Run every pass's invariant checks (tests, simulations); costs O(state) per step.
+    validate: bool = False
+    default_master_ports: tuple[int, int] = (29500, 29999)
+    queue_names: tuple[str, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        names = tuple(q.name for q in self.queues)
+        if len(set(names)) != len(names):
+            raise ValueError(f"queue names repeat: {', '.join(names)}")
+        if "batch" not in names:
+            # `batch` exists by default, as the job-submit default queue.
+            object.__setattr__(self, "queues", (QueueConfig(name="batch"), *self.queues))
+            names = ("batch", *names)
+        object.__setattr__(self, "queue_names", names)
+        if self.heartbeat_timeout <= 0 or self.age_interval <= 0:
+            raise ValueError("heartbeat_timeout and age_interval must be positive")
+
+    def queue(self, name: str) -> QueueConfig | None:
+        for q in self.queues:
+            if q.name == name:
+                return q
+        return None
+
+
+def load_scheduler_config(
+    table: Mapping[str, Any], base: SchedulerConfig | None = None
+) -> SchedulerConfig:
+    """Settings from a parsed TOML table: `[[queues]]` entries and scalar overrides.
+
+    Example: `queues = [{name = "gpu", priority_weight = 100, default_time = "1h",
+    max_time = "1d"}]`, `heartbeat_timeout = 30`.
+    """
+    base = base or SchedulerConfig()
+    queues: list[QueueConfig] = []
+    for i, q in enumerate(table.get("queues", [])):
+        where = f"queues[{i}]"
+        if not isinstance(q, Mapping) or not isinstance(q.get("name"), str):
+            raise SpecError(where, q, "needs a name", '{name = "gpu", priority_weight = 10}')
+        unknown = set(q) - {"name", "priority_weight", "default_time", "max_time"}
+        if unknown:
+            raise SpecError(
+                where,
+                sorted(unknown)[0],
+                "unknown key",
+                "name, priority_weight, default_time, max_time",
+            )
+        queues.append(
+            QueueConfig(
+                name=q["name"],
+                priority_weight=specs.parse_count(
+                    q.get("priority_weight", 0), f"{where}.priority_weight", -(2**31)
+                ),
+                default_time_limit=specs.parse_duration(q["default_time"], f"{where}.default_time")
+                if "default_time" in q
+                else None,
+                max_time_limit=specs.parse_duration(q["max_time"], f"{where}.max_time")
+                if "max_time" in q
+                else None,
+            )
+        )
+    kw: dict[str, Any] = {}
+    for key in ("heartbeat_timeout", "age_interval"):
+        if key in table:
+            kw[key] = float(table[key])
+    for key in ("age_max", "max_array_size", "reservation_depth"):
+        if key in table:
+            kw[key] = specs.parse_count(table[key], key)
+    return SchedulerConfig(
+        queues=tuple(queues) or base.queues,
+        heartbeat_timeout=kw.get("heartbeat_timeout", base.heartbeat_timeout),
+        age_interval=kw.get("age_interval", base.age_interval),
+        age_max=kw.get("age_max", base.age_max),
+        max_array_size=kw.get("max_array_size", base.max_array_size),
+        reservation_depth=kw.get("reservation_depth", base.reservation_depth),
+        validate=base.validate,
+    )

@@ -1,0 +1,408 @@
+"""The scheduler core: `Scheduler.handle(event, now) -> instructions`, pure and deterministic.
+
+No I/O, no clock, no randomness: the driver passes events and the time in, journals the
+Save* instructions (one transaction per call, before anything else), then carries out
+Start, Kill, Accepted and Rejected. See docs/design/scheduler.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rbs.model import JobManifest
+from rbs.scheduler import lifecycle as lc
+from rbs.scheduler.config import SchedulerConfig
+from rbs.scheduler.events import (
+    Cancel,
+    Event,
+    Heartbeat,
+    Requeue,
+    Submit,
+    TaskExited,
+    TaskRef,
+    TaskStarted,
+    Tick,
+    WorkerDown,
+    WorkerUp,
+)
+from rbs.scheduler.instructions import (
+    Accepted,
+    Instruction,
+    JobRecord,
+    Kill,
+    KillReason,
+    Rejected,
+    TaskRecord,
+    WorkerRecord,
+)
+from rbs.scheduler.invariants import check_invariants
+from rbs.scheduler.placement import schedule
+from rbs.scheduler.specs import format_duration
+from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
+from rbs.scheduler.views import JobView, QueueView, job_view, queue_views
+from rbs.scheduler.workers import WorkerState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """The whole durable state, as the journal holds it; equal snapshots, equal schedulers."""
+
+    jobs: tuple[JobRecord, ...]
+    tasks: tuple[TaskRecord, ...]
+    workers: tuple[WorkerRecord, ...]
+
+
+class Scheduler:
+    """Slurm-style job scheduling as a pure state machine."""
+
+    def __init__(
+        self, config: SchedulerConfig | None = None, *, validate: bool | None = None
+    ) -> None:
+        self.config = config or SchedulerConfig()
+        self.validate = self.config.validate if validate is None else validate
+        self._st = SchedState(self.config)
+
+    # ---- driving
+
+    def handle(self, event: Event, now: float) -> list[Instruction]:
+        """Apply one event at time `now`; returns Saves first, then actions."""
+        return self.handle_many((event,), now)
+
+    def handle_many(self, events: Sequence[Event], now: float) -> list[Instruction]:
+        """Apply a batch of events with one scheduling pass at the end (cheaper under load)."""
+        st = self._st
+        st.now = now
+        if st.ready.advance(now):
+            st.need_pass = True
+        for event in events:
+            self._dispatch(event)
+        if st.need_pass:
+            schedule(st)
+        if self.validate:
+            check_invariants(st)
+        return st.flush()
+
+    def _dispatch(self, ev: Event) -> None:
+        st = self._st
+        if isinstance(ev, Submit):
+            try:
+                job = self._submit(ev.manifest, ev.provenance)
+            except (SchedulerError, ValueError) as e:
+                st.actions.append(Rejected(event_id=ev.event_id, message=str(e)))
+            else:
+                st.actions.append(Accepted(event_id=ev.event_id, job_id=job.id))
+        elif isinstance(ev, Cancel | Requeue):
+            try:
+                self._check_targets(ev.targets)
+            except SchedulerError as e:
+                st.actions.append(Rejected(event_id=ev.event_id, message=str(e)))
+                return
+            for target in ev.targets:
+                if isinstance(ev, Cancel):
+                    self._cancel(target)
+                else:
+                    reason = KillReason.PREEMPT if ev.preempt else KillReason.REQUEUE
+                    for run in self._runs_of(target):
+                        lc.stop_run(st, run, reason)
+        elif isinstance(ev, TaskExited):
+            self._exited(ev)
+        elif isinstance(ev, TaskStarted):
+            self._started(ev)
+        elif isinstance(ev, WorkerUp):
+            self._worker_up(ev)
+        elif isinstance(ev, WorkerDown):
+            worker = st.workers.get(ev.worker_id)
+            if worker is not None and worker.alive:
+                lc.worker_lost(st, worker)
+        elif isinstance(ev, Heartbeat):
+            worker = st.workers.get(ev.worker_id)
+            if worker is not None:
+                worker.last_seen = st.now
+        elif isinstance(ev, Tick):
+            self._tick()
+        else:  # pragma: no cover - the Event union is closed
+            raise TypeError(f"not a scheduler event: {ev!r}")
+
+    # ---- submissions
+
+    def _submit(self, m: JobManifest, provenance: tuple[tuple[str, str], ...]) -> Job:
+        st, cfg = self._st, self.config
+        queue = cfg.queue(m.queue)
+        if queue is None:
+            raise SchedulerError(
+                f"--queue {m.queue!r}: unknown queue; queues: {', '.join(cfg.queue_names)}"
+            )
+        limit = m.time_limit or queue.default_time_limit or queue.max_time_limit
+        if queue.max_time_limit is not None and limit is not None and limit > queue.max_time_limit:
+            raise SchedulerError(
+                f"--time {format_duration(limit)}: above queue {queue.name}'s limit of "
+                f"{format_duration(queue.max_time_limit)}; ask for less or use another queue"
+            )
+        if m.array is not None and m.array.size > cfg.max_array_size:
+            raise SchedulerError(
+                f"--array {m.array}: {m.array.size} tasks exceed the limit of {cfg.max_array_size}"
+            )
+        for dep in m.dependencies:
+            if dep.job_id not in st.jobs:
+                raise SchedulerError(f"--deps {dep}: unknown job id {dep.job_id}")
+        self._check_fits(m)
+        job = Job(st.next_id, m, tuple(sorted(provenance)), limit, st.now)
+        st.next_id += 1
+        st.jobs[job.id] = job
+        st.touch(job)
+        lc.admit(st, job)
+        return job
+
+    def _check_fits(self, m: JobManifest) -> None:
+        workers = list(self._st.workers.values())
+        if not workers:
+            return  # no worker has registered yet; the job waits for one
+        res, lo = m.resources, m.node_range[0]
+        if sum(1 for w in workers if w.could_ever_fit(res)) >= lo:
+            return
+        from rbs.scheduler.specs import format_cpu, format_memory
+
+        largest = max(workers, key=lambda w: (len(w.gpus), w.cpu_millis, w.memory_bytes))
+        ask = (
+            f"cpu {format_cpu(res.cpu_millis)}, memory {format_memory(res.memory_bytes)}, "
+            f"gpus {res.gpus}" + (f" on each of {lo} nodes" if lo > 1 else "")
+        )
+        raise SchedulerError(
+            f"no worker can ever run this job: it asks for {ask}; the largest worker is "
+            f"{largest.size_text()} ({len(workers)} workers known). Lower --cpus/--memory-gb/"
+            "--gpus/--nodes or add a bigger worker"
+        )
+
+    # ---- cancels and requeues
+
+    def _check_targets(self, targets: Iterable[TaskRef]) -> None:
+        for t in targets:
+            job = self._st.jobs.get(t.job_id)
+            if job is None:
+                raise SchedulerError(f"unknown job id {t}")
+            if t.index is not None:
+                if job.manifest.array is None:
+                    raise SchedulerError(
+                        f"job {t.job_id} is not an array; address it as {t.job_id}"
+                    )
+                if not job.pool.contains(t.index):
+                    raise SchedulerError(
+                        f"job {t.job_id} has no array task {t.index} (its array is {job.manifest.array})"
+                    )
+
+    def _runs_of(self, target: TaskRef) -> list[Run]:
+        job = self._st.jobs[target.job_id]
+        if target.index is None:
+            return list(job.runs.values())
+        run = job.runs.get(target.index)
+        return [run] if run is not None else []
+
+    def _cancel(self, target: TaskRef) -> None:
+        st = self._st
+        job = st.jobs[target.job_id]
+        if job.state.terminal:
+            return
+        if target.index is None:
+            job.pool.cancel_all()
+        elif job.pool.cancel_index(target.index):
+            pass
+        for run in self._runs_of(target):
+            lc.stop_run(st, run, KillReason.CANCEL)
+        lc.sync_ready(st, job)
+        job.reason = None
+        if st.refresh(job).terminal:
+            lc.on_terminal(st, job)
+        st.need_pass = True
+
+    # ---- task and worker reports
+
+    def _started(self, ev: TaskStarted) -> None:
+        st = self._st
+        r = ev.run
+        job = st.jobs.get(r.job_id)
+        run = job.runs.get(Job.raw_of(r.index)) if job else None
+        if job is None or run is None or run.attempt != r.attempt or run.confirmed_time is not None:
+            return  # stale or repeated report
+        run.confirmed_time = st.now
+        if job.time_limit is not None:
+            run.deadline = st.now + job.time_limit
+            st.push_deadline(job, run)
+        st.touch_run(run)
+
+    def _exited(self, ev: TaskExited) -> None:
+        st = self._st
+        r = ev.run
+        run = lc.find_run(st, r.job_id, r.index, r.attempt)
+        if run is None or r.rank >= len(run.nodes):
+            log.debug("ignoring exit of unknown run %s", r.lease_id)
+            return
+        node = run.nodes[r.rank]
+        if node.exited or node.worker_id != ev.worker_id:
+            return
+        job = st.jobs[r.job_id]
+        if job.runs.get(job.raw_of(r.index)) is run:
+            lc.node_exited(
+                st, job, run, r.rank, ev.exit_code, ev.signal, ev.oom, ev.peak_memory_bytes
+            )
+        else:
+            lc.release_node(st, run, r.rank)
+            lc.settle_draining(st, run)
+
+    def _worker_up(self, ev: WorkerUp) -> None:
+        st = self._st
+        rec = WorkerRecord(
+            worker_id=ev.worker_id,
+            hostname=ev.hostname,
+            address=ev.address or ev.hostname,
+            cpu_millis=ev.cpu_millis,
+            memory_bytes=ev.memory_bytes,
+            gpus=ev.gpus,
+            job_slots=ev.job_slots,
+            master_ports=ev.master_ports or self.config.default_master_ports,
+            alive=True,
+        )
+        worker = st.workers.get(ev.worker_id)
+        if worker is None:
+            worker = st.workers[ev.worker_id] = WorkerState(rec, st.now)
+        else:
+            self._check_shrink(worker, rec)
+            worker.reconfigure(rec)
+        worker.last_seen = st.now
+        st.dirty_workers[worker.worker_id] = worker
+        st.need_pass = True
+        # Reconcile: what we placed there but it no longer has was lost; what it runs
+        # that we did not place (or no longer want) is killed, never run twice.
+        held = {(r.job_id, r.index, r.attempt, r.rank) for r in ev.running}
+        held |= {(f.run.job_id, f.run.index, f.run.attempt, f.run.rank) for f in ev.finished}
+        for key in list(worker.allocs):
+            if key not in held:
+                run = lc.find_run(st, key[0], key[1], key[2])
+                if run is not None:
+                    lc.node_lost(st, run, key[3])
+                else:
+                    worker.release(key)
+        for ref in ev.running:
+            if (ref.job_id, ref.index, ref.attempt, ref.rank) not in worker.allocs:
+                st.actions.append(
+                    Kill(run=ref, worker_id=worker.worker_id, reason=KillReason.ORPHAN)
+                )
+        for exited in ev.finished:
+            self._exited(exited)
+
+    def _check_shrink(self, worker: WorkerState, rec: WorkerRecord) -> None:
+        nodes = list(worker.allocs.values())
+        if (
+            sum(n.cpu_millis for n in nodes) > rec.cpu_millis
+            or sum(n.memory_bytes for n in nodes) > rec.memory_bytes
+            or len(nodes) > rec.job_slots
+            or not {g for n in nodes for g in n.gpus} <= set(rec.gpus)
+        ):
+            raise SchedulerError(
+                f"worker {rec.worker_id} re-registered with less than its running jobs hold; "
+                "drain it (rbs remote drain) before changing its resources"
+            )
+
+    def _tick(self) -> None:
+        st = self._st
+        now = st.now
+        for worker in list(st.workers.values()):
+            if worker.alive and now - worker.last_seen > self.config.heartbeat_timeout:
+                lc.worker_lost(st, worker)
+        while st.deadlines and st.deadlines[0][0] <= now:
+            deadline, job_id, raw, attempt = heapq.heappop(st.deadlines)
+            run = st.jobs[job_id].runs.get(raw)
+            if run is not None and run.attempt == attempt and run.deadline == deadline:
+                lc.stop_run(st, run, KillReason.TIMEOUT)
+        while st.begin_heap and st.begin_heap[0][0] <= now:
+            _, job_id = heapq.heappop(st.begin_heap)
+            job = st.jobs[job_id]
+            if not job.state.terminal and job.reason == "BeginTime":
+                job.eligible_time = now
+                st.touch(job)
+                lc.sync_ready(st, job)
+
+    # ---- persistence
+
+    def snapshot(self) -> Snapshot:
+        st = self._st
+        runs = [r for j in st.jobs.values() for r in j.runs.values()] + list(st.draining.values())
+        return Snapshot(
+            jobs=tuple(j.record() for j in sorted(st.jobs.values(), key=lambda j: j.id)),
+            tasks=tuple(
+                sorted(
+                    (r.record() for r in runs), key=lambda t: (t.job_id, t.index or 0, t.attempt)
+                )
+            ),
+            workers=tuple(st.workers[w].record() for w in sorted(st.workers)),
+        )
+
+    @classmethod
+    def restore(
+        cls,
+        config: SchedulerConfig | None,
+        *,
+        jobs: Iterable[JobRecord],
+        tasks: Iterable[TaskRecord],
+        workers: Iterable[WorkerRecord],
+        now: float,
+        validate: bool | None = None,
+    ) -> Scheduler:
+        """Rebuild a scheduler from journal rows (active task rows suffice).
+
+        Workers come back as they were; each gets a full heartbeat timeout from `now` to
+        reconnect and report, so runs placed there stay RUNNING until it does, or are
+        requeued when it does not. Nothing is started twice.
+        """
+        sched = cls(config, validate=validate)
+        st = sched._st
+        st.now = now
+        st.ready.advance(now)
+        for wrec in workers:
+            st.workers[wrec.worker_id] = WorkerState(wrec, now)
+        for jrec in sorted(jobs, key=lambda r: r.job_id):
+            st.jobs[jrec.job_id] = Job.from_record(jrec)
+            st.next_id = max(st.next_id, jrec.job_id + 1)
+        for trec in tasks:
+            run = Run.from_record(trec)
+            job = st.jobs[trec.job_id]
+            if trec.state.terminal or trec.state.value == "PENDING":
+                st.draining[run.key] = run
+            else:
+                job.runs[job.raw_of(run.index)] = run
+                st.push_deadline(job, run)
+            for node in run.live_nodes:
+                st.workers[node.worker_id].adopt(run.node_key(node.rank), node)
+        for job in st.jobs.values():
+            if not job.state.terminal:
+                reason = job.reason
+                lc.admit(st, job)
+                job.reason = reason
+        st.dirty_jobs.clear()
+        st.dirty_workers.clear()
+        st.need_pass = True
+        if sched.validate:
+            check_invariants(st)
+        return sched
+
+    # ---- views
+
+    def job(self, job_id: int) -> JobView:
+        job = self._st.jobs.get(job_id)
+        if job is None:
+            raise SchedulerError(f"unknown job id {job_id}")
+        return job_view(self._st, job)
+
+    def job_ids(self) -> list[int]:
+        return sorted(self._st.jobs)
+
+    def queues(self) -> list[QueueView]:
+        return queue_views(self._st)
+
+    @property
+    def pending_passes(self) -> bool:
+        return self._st.need_pass

@@ -1,0 +1,179 @@
+"""What the scheduler core asks its driver to do: journal records, start and kill runs."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from rbs.model import JobManifest, JobState
+from rbs.scheduler.events import RunRef
+
+
+class KillReason(enum.Enum):
+    """Why a run is stopped; the worker sends SIGTERM, then SIGKILL after its grace period."""
+
+    TIMEOUT = "timeout"
+    CANCEL = "cancel"
+    GANG_PEER_ENDED = "gang-peer-ended"
+    NODE_FAIL = "node-fail"  # a peer node of the gang was lost
+    REQUEUE = "requeue"
+    PREEMPT = "preempt"
+    ORPHAN = "orphan"  # a reconnecting worker runs something the scheduler no longer wants
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeRecord:
+    """One node of a run: where it runs and exactly what it holds there."""
+
+    rank: int
+    worker_id: str
+    cpu_millis: int
+    memory_bytes: int
+    gpus: tuple[str, ...]
+    master_port: int | None = None  # held on rank 0's worker for the gang's rendezvous
+    exited: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskRecord:
+    """One attempt of one task; `active` while any of its nodes may still be running."""
+
+    job_id: int
+    index: int | None
+    attempt: int
+    state: JobState
+    nodes: tuple[NodeRecord, ...]
+    start_time: float
+    confirmed_time: float | None = None
+    deadline: float | None = None
+    end_time: float | None = None
+    ending: str | None = None  # the KillReason value of a requested stop
+    retries_used: int = 0
+    exit_code: int | None = None
+    signal: int | None = None
+    oom: bool = False
+    peak_memory_bytes: int | None = None
+    active: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolRecord:
+    """An array's task bookkeeping: a cursor over the index ranges, not one row per task."""
+
+    range_i: int
+    next_value: int
+    retry: tuple[tuple[int, int, int], ...]  # (index, attempt, retries used)
+    skipped: tuple[int, ...]  # cancelled before they were reached by the cursor
+    counts: tuple[tuple[str, int], ...]  # terminal state name -> tasks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRecord:
+    """Everything about a job that a restarted scheduler needs, except its active runs."""
+
+    job_id: int
+    manifest: JobManifest
+    provenance: tuple[tuple[str, str], ...]
+    submit_time: float
+    eligible_time: float | None
+    time_limit: int | None  # the effective limit: the manifest's or the queue default
+    state: JobState
+    reason: str | None
+    start_time: float | None
+    end_time: float | None
+    exit_code: int | None
+    pool: PoolRecord
+    attempts: int = 0  # the highest attempt number started so far
+    workers: tuple[str, ...] = ()  # where the latest run ran, rank order
+    signal: int | None = None
+    oom: bool = False
+    peak_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerRecord:
+    """A worker as registered; `alive` is False after it was lost or left."""
+
+    worker_id: str
+    hostname: str
+    address: str
+    cpu_millis: int
+    memory_bytes: int
+    gpus: tuple[str, ...]
+    job_slots: int
+    master_ports: tuple[int, int]
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveJob:
+    """Journal this job row (upsert) before acting on the instructions that follow."""
+
+    record: JobRecord
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveTask:
+    """Journal this run row (upsert by job, index, attempt)."""
+
+    record: TaskRecord
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveWorker:
+    """Journal this worker row (upsert)."""
+
+    record: WorkerRecord
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accepted:
+    """A Submit was accepted as job `job_id` (answer the client once the Saves are durable)."""
+
+    event_id: str
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rejected:
+    """An event was refused and changed nothing; `message` says what was wrong and how to fix it."""
+
+    event_id: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Start:
+    """Run one node of one attempt on a worker, with its pinned GPUs and environment.
+
+    `env` is complete: the manifest's env plus RBS_JOB_ID, RBS_ATTEMPT, RBS_ARRAY_INDEX,
+    CUDA_VISIBLE_DEVICES and, for gangs, the node list and rendezvous variables.
+    """
+
+    run: RunRef
+    worker_id: str
+    manifest: JobManifest
+    cpu_millis: int
+    memory_bytes: int
+    gpus: tuple[str, ...]
+    nodelist: tuple[str, ...]
+    master_addr: str
+    master_port: int | None
+    time_limit: int | None
+    env: tuple[tuple[str, str], ...]
+
+    @property
+    def lease_id(self) -> str:
+        return self.run.lease_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kill:
+    """Stop one node of a run (SIGTERM, then SIGKILL after the worker's grace period)."""
+
+    run: RunRef
+    worker_id: str
+    reason: KillReason
+
+
+Instruction = SaveJob | SaveTask | SaveWorker | Accepted | Rejected | Start | Kill

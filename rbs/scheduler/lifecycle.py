@@ -1,0 +1,307 @@
+"""How runs start and end: env building, exits, retries, requeues, worker loss, dependencies."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+
+from rbs.model import DepKind, JobState
+from rbs.scheduler.instructions import KillReason, Start
+from rbs.scheduler.state import Job, Run, SchedState
+from rbs.scheduler.workers import WorkerState
+
+log = logging.getLogger(__name__)
+
+NEVER = "DependencyNeverSatisfied"
+_ENDING_STATE = {
+    KillReason.TIMEOUT: JobState.TIMEOUT,
+    KillReason.CANCEL: JobState.CANCELLED,
+}
+
+
+# ---- readiness: dependencies and begin times
+
+
+def dependency_status(st: SchedState, job: Job) -> str:
+    """'ok' when every dependency holds, 'never' when one never can, else 'wait'."""
+    status = "ok"
+    for dep in job.manifest.dependencies:
+        target = st.jobs[dep.job_id].state
+        if not target.terminal:
+            status = "wait"
+        elif (dep.kind is DepKind.AFTEROK and target is not JobState.COMPLETED) or (
+            dep.kind is DepKind.AFTERNOTOK and target is JobState.COMPLETED
+        ):
+            return "never"
+    return status
+
+
+def admit(st: SchedState, job: Job) -> None:
+    """Place a new or restored non-terminal job: waiting on deps, on its begin time, or ready."""
+    status = dependency_status(st, job)
+    if status == "never":
+        cancel_pending_job(st, job, NEVER)
+        return
+    if status == "wait":
+        for dep in job.manifest.dependencies:
+            st.dependents.setdefault(dep.job_id, []).append(job.id)
+        st.set_state(job, job.state, "Dependency")
+        return
+    begin = job.manifest.begin_time
+    if begin is not None and begin > st.now and job.eligible_time is None:
+        heapq.heappush(st.begin_heap, (begin, job.id))
+        st.set_state(job, job.state, "BeginTime")
+        return
+    if job.eligible_time is None:
+        job.eligible_time = st.now
+        st.touch(job)
+    sync_ready(st, job)
+
+
+def sync_ready(st: SchedState, job: Job) -> None:
+    """Keep the ready queue holding exactly the eligible jobs with tasks to start."""
+    if job.pool.pending and job.eligible_time is not None and not job.state.terminal:
+        if job.id not in st.ready:
+            st.ready.add(job)
+            st.need_pass = True
+            if job.state is JobState.PENDING and job.reason in (None, "Dependency", "BeginTime"):
+                st.set_state(job, job.state, "Priority")
+    else:
+        st.ready.discard(job.id)
+
+
+def on_terminal(st: SchedState, job: Job) -> None:
+    """A job ended: settle its dependents, cascading through chains without recursion."""
+    work = [job.id]
+    while work:
+        ended = work.pop()
+        for dep_id in st.dependents.pop(ended, []):
+            dependent = st.jobs[dep_id]
+            if dependent.state.terminal or dependent.reason != "Dependency":
+                continue
+            status = dependency_status(st, dependent)
+            if status == "never":
+                cancel_pending_job(st, dependent, NEVER, cascade=False)
+                work.append(dependent.id)
+            elif status == "ok":
+                admit(st, dependent)
+
+
+def cancel_pending_job(st: SchedState, job: Job, reason: str | None, cascade: bool = True) -> None:
+    job.pool.cancel_all()
+    st.ready.discard(job.id)
+    job.reason = reason
+    st.refresh(job)
+    if cascade and job.state.terminal:
+        on_terminal(st, job)
+
+
+# ---- starting
+
+
+def start_run(st: SchedState, job: Job, placement: list[WorkerState]) -> Run:
+    raw, attempt, retries = job.pool.pop()
+    index = job.index_of(raw)
+    run = Run(job.id, index, attempt, retries, st.now)
+    res = job.manifest.resources
+    gang = job.manifest.node_range[1] > 1
+    for rank, worker in enumerate(placement):
+        run.nodes.append(worker.allocate(run.node_key(rank), res, port=gang and rank == 0))
+    if job.time_limit is not None:
+        run.deadline = st.now + job.time_limit
+        st.push_deadline(job, run)
+    job.runs[raw] = run
+    job.attempts = max(job.attempts, attempt)
+    job.workers = tuple(w.worker_id for w in placement)
+    st.touch_run(run)
+    if not job.pool.pending:
+        st.ready.discard(job.id)
+    st.refresh(job)
+    _emit_starts(st, job, run, placement)
+    return run
+
+
+def _emit_starts(st: SchedState, job: Job, run: Run, placement: list[WorkerState]) -> None:
+    m = job.manifest
+    base = dict(m.env)
+    base["RBS_JOB_ID"] = str(job.id)
+    base["RBS_JOB_NAME"] = m.name
+    base["RBS_QUEUE"] = m.queue
+    base["RBS_ATTEMPT"] = str(run.attempt)
+    if run.index is not None:
+        base["RBS_ARRAY_JOB_ID"] = str(job.id)
+        base["RBS_ARRAY_INDEX"] = str(run.index)
+        base["RBS_TASK_ID"] = f"{job.id}_{run.index}"
+    gang = m.node_range[1] > 1
+    nodelist = tuple(w.address for w in placement)
+    master_addr = placement[0].address
+    master_port = run.nodes[0].master_port
+    if gang:
+        base["RBS_NODELIST"] = ",".join(nodelist)
+        base["RBS_NNODES"] = base["WORLD_SIZE"] = str(len(placement))
+        base["RBS_MASTER_ADDR"] = base["MASTER_ADDR"] = master_addr
+        base["RBS_MASTER_PORT"] = base["MASTER_PORT"] = str(master_port)
+    for node, worker in zip(run.nodes, placement, strict=True):
+        env = dict(base)
+        # Always set, also to "": a job without GPUs must not see the worker's cards.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(node.gpus)
+        if gang:
+            env["RBS_NODE_RANK"] = env["RANK"] = str(node.rank)
+        st.actions.append(
+            Start(
+                run=run.ref(node.rank),
+                worker_id=worker.worker_id,
+                manifest=m,
+                cpu_millis=node.cpu_millis,
+                memory_bytes=node.memory_bytes,
+                gpus=node.gpus,
+                nodelist=nodelist,
+                master_addr=master_addr,
+                master_port=master_port,
+                time_limit=job.time_limit,
+                env=tuple(sorted(env.items())),
+            )
+        )
+
+
+# ---- stopping and ending
+
+
+def stop_run(st: SchedState, run: Run, reason: KillReason) -> None:
+    """Ask every live node of a run to stop; the run ends when rank 0 reports its exit."""
+    final = (KillReason.CANCEL, KillReason.TIMEOUT)
+    if run.ending in final or (run.ending is not None and reason not in final):
+        return  # a cancel or timeout already decided how this run ends
+    run.ending = reason
+    st.touch_run(run)
+    for node in run.live_nodes:
+        st.kill(run, node, reason)
+
+
+def release_node(st: SchedState, run: Run, rank: int) -> None:
+    node = run.nodes[rank]
+    if node.exited:
+        return
+    worker = st.workers.get(node.worker_id)
+    if worker is not None:
+        worker.release(run.node_key(rank))
+    run.mark_exited(rank)
+    st.touch_run(run)
+    st.need_pass = True
+
+
+def node_exited(
+    st: SchedState,
+    job: Job,
+    run: Run,
+    rank: int,
+    exit_code: int,
+    signal: int | None,
+    oom: bool,
+    peak: int | None,
+) -> None:
+    release_node(st, run, rank)
+    if peak is not None:
+        run.peak = max(run.peak or 0, peak)
+    if rank != 0:
+        return  # only rank 0 decides how a gang ends
+    run.exit_code, run.signal, run.oom = exit_code, signal, oom
+    if run.ending in _ENDING_STATE:
+        end_run(st, job, run, _ENDING_STATE[run.ending], KillReason.GANG_PEER_ENDED)
+    elif run.ending in (KillReason.REQUEUE, KillReason.PREEMPT, KillReason.NODE_FAIL):
+        lost(st, job, run, preempt=run.ending is KillReason.PREEMPT)
+    elif oom:
+        end_run(st, job, run, JobState.OUT_OF_MEMORY, KillReason.GANG_PEER_ENDED)
+    elif exit_code == 0 and signal is None:
+        end_run(st, job, run, JobState.COMPLETED, KillReason.GANG_PEER_ENDED)
+    else:
+        end_run(st, job, run, JobState.FAILED, KillReason.GANG_PEER_ENDED)
+
+
+def lost(st: SchedState, job: Job, run: Run, preempt: bool = False) -> None:
+    """A run that did not end by itself: requeue it, or end it NODE_FAIL / PREEMPTED."""
+    if run.ending in _ENDING_STATE:
+        end_run(st, job, run, _ENDING_STATE[run.ending], KillReason.NODE_FAIL)
+        return
+    state = (
+        JobState.PREEMPTED if preempt or run.ending is KillReason.REQUEUE else JobState.NODE_FAIL
+    )
+    admin = run.ending is KillReason.REQUEUE
+    end_run(st, job, run, state, KillReason.NODE_FAIL, requeue=admin or job.manifest.requeue)
+
+
+def end_run(
+    st: SchedState,
+    job: Job,
+    run: Run,
+    state: JobState,
+    peer_reason: KillReason,
+    requeue: bool = False,
+) -> None:
+    """Close a run with `state`; then retry, requeue, or count the task as finished."""
+    raw = job.raw_of(run.index)
+    del job.runs[raw]
+    run.state = state
+    run.end_time = st.now
+    st.touch_run(run)
+    st.need_pass = True
+    if run.live_nodes:
+        # Other ranks still hold their workers until they report exiting.
+        for node in run.live_nodes:
+            st.kill(run, node, peer_reason)
+        st.draining[run.key] = run
+    if run.exit_code is not None:
+        # An array reports its highest task exit code, like Slurm's derived exit code.
+        keep = job.exit_code if job.is_array and job.exit_code is not None else run.exit_code
+        job.exit_code = max(keep, run.exit_code)
+    job.signal, job.oom, job.peak = run.signal, run.oom, run.peak
+    retry = state in (JobState.FAILED, JobState.OUT_OF_MEMORY) and (
+        run.retries_used < job.manifest.max_retries
+    )
+    if retry:
+        job.pool.push_retry(raw, run.attempt + 1, run.retries_used + 1)
+    elif requeue:
+        job.pool.push_retry(raw, run.attempt + 1, run.retries_used)
+    else:
+        job.pool.finish(state)
+    sync_ready(st, job)
+    if st.refresh(job).terminal:
+        on_terminal(st, job)
+
+
+def node_lost(st: SchedState, run: Run, rank: int) -> None:
+    """The worker of one node is gone: its allocation is dropped, the run treated as lost."""
+    release_node(st, run, rank)
+    job = st.jobs[run.job_id]
+    if job.runs.get(job.raw_of(run.index)) is run:
+        lost(st, job, run)
+    else:
+        settle_draining(st, run)
+
+
+def settle_draining(st: SchedState, run: Run) -> None:
+    if not run.live_nodes:
+        st.draining.pop(run.key, None)
+        st.touch_run(run)
+
+
+def worker_lost(st: SchedState, worker: WorkerState) -> None:
+    log.info("worker %s lost with %d running nodes", worker.worker_id, len(worker.allocs))
+    worker.alive = False
+    st.dirty_workers[worker.worker_id] = worker
+    for key in list(worker.allocs):
+        run = find_run(st, key[0], key[1], key[2])
+        if run is None:
+            worker.release(key)  # defensive: an allocation without a run
+            continue
+        node_lost(st, run, key[3])
+
+
+def find_run(st: SchedState, job_id: int, index: int | None, attempt: int) -> Run | None:
+    job = st.jobs.get(job_id)
+    if job is None:
+        return None
+    run = job.runs.get(job.raw_of(index))
+    if run is not None and run.attempt == attempt:
+        return run
+    return st.draining.get((job_id, index, attempt))

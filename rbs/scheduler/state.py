@@ -1,0 +1,356 @@
+"""The scheduler's mutable state: jobs, runs, workers, and the outbox of instructions."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+from rbs.model import JobManifest, JobState
+from rbs.scheduler.arrays import TaskPool
+from rbs.scheduler.config import SchedulerConfig
+from rbs.scheduler.events import RunRef
+from rbs.scheduler.instructions import (
+    Accepted,
+    Instruction,
+    JobRecord,
+    Kill,
+    KillReason,
+    NodeRecord,
+    Rejected,
+    SaveJob,
+    SaveTask,
+    SaveWorker,
+    Start,
+    TaskRecord,
+)
+from rbs.scheduler.policy import ReadyQueue
+from rbs.scheduler.workers import NodeKey, WorkerState
+
+RunKey = tuple[int, int | None, int]  # job id, index, attempt
+
+_TERMINAL = frozenset(s for s in JobState if s.terminal)
+# Legal job-state moves. An array's aggregate state may go from PENDING straight to a
+# terminal state (its last pending tasks cancelled after others failed); a single job
+# only leaves PENDING by starting or being cancelled.
+_LEGAL: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.RUNNING} | _TERMINAL),
+    JobState.RUNNING: frozenset({JobState.PENDING} | _TERMINAL),
+}
+# Which non-COMPLETED task outcome names an array's aggregate end state, first wins.
+_AGGREGATE = (
+    JobState.FAILED,
+    JobState.OUT_OF_MEMORY,
+    JobState.TIMEOUT,
+    JobState.NODE_FAIL,
+    JobState.PREEMPTED,
+    JobState.CANCELLED,
+)
+
+
+class InvariantError(AssertionError):
+    """The scheduler broke one of its own rules: a bug, never a user error."""
+
+
+class SchedulerError(ValueError):
+    """A request the scheduler refuses (unknown job, unknown queue, unsatisfiable size)."""
+
+
+class Run:
+    """One attempt of one task on one or more nodes (a gang when more than one)."""
+
+    __slots__ = (
+        "attempt",
+        "confirmed_time",
+        "deadline",
+        "end_time",
+        "ending",
+        "exit_code",
+        "index",
+        "job_id",
+        "nodes",
+        "oom",
+        "peak",
+        "retries_used",
+        "signal",
+        "start_time",
+        "state",
+    )
+
+    def __init__(
+        self, job_id: int, index: int | None, attempt: int, retries_used: int, now: float
+    ) -> None:
+        self.job_id = job_id
+        self.index = index
+        self.attempt = attempt
+        self.retries_used = retries_used
+        self.nodes: list[NodeRecord] = []
+        self.start_time = now
+        self.confirmed_time: float | None = None
+        self.deadline: float | None = None
+        self.ending: KillReason | None = None
+        self.state = JobState.RUNNING
+        self.end_time: float | None = None
+        self.exit_code: int | None = None
+        self.signal: int | None = None
+        self.oom = False
+        self.peak: int | None = None
+
+    @property
+    def key(self) -> RunKey:
+        return (self.job_id, self.index, self.attempt)
+
+    def node_key(self, rank: int) -> NodeKey:
+        return (self.job_id, self.index, self.attempt, rank)
+
+    def ref(self, rank: int) -> RunRef:
+        return RunRef(job_id=self.job_id, index=self.index, attempt=self.attempt, rank=rank)
+
+    @property
+    def live_nodes(self) -> list[NodeRecord]:
+        return [n for n in self.nodes if not n.exited]
+
+    def mark_exited(self, rank: int) -> None:
+        self.nodes[rank] = dataclasses.replace(self.nodes[rank], exited=True)
+
+    def record(self) -> TaskRecord:
+        return TaskRecord(
+            job_id=self.job_id,
+            index=self.index,
+            attempt=self.attempt,
+            state=self.state,
+            nodes=tuple(self.nodes),
+            start_time=self.start_time,
+            confirmed_time=self.confirmed_time,
+            deadline=self.deadline,
+            end_time=self.end_time,
+            ending=self.ending.value if self.ending else None,
+            retries_used=self.retries_used,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            oom=self.oom,
+            peak_memory_bytes=self.peak,
+            active=bool(self.live_nodes),
+        )
+
+    @classmethod
+    def from_record(cls, rec: TaskRecord) -> Run:
+        run = cls(rec.job_id, rec.index, rec.attempt, rec.retries_used, rec.start_time)
+        run.nodes = list(rec.nodes)
+        run.confirmed_time = rec.confirmed_time
+        run.deadline = rec.deadline
+        run.ending = KillReason(rec.ending) if rec.ending else None
+        run.state = rec.state
+        run.end_time = rec.end_time
+        run.exit_code = rec.exit_code
+        run.signal = rec.signal
+        run.oom = rec.oom
+        run.peak = rec.peak_memory_bytes
+        return run
+
+
+class Job:
+    """A submitted job: its manifest, state, pending reason, task pool and active runs."""
+
+    __slots__ = (
+        "attempts",
+        "eligible_time",
+        "end_time",
+        "eval_pass",
+        "exit_code",
+        "id",
+        "manifest",
+        "oom",
+        "peak",
+        "pool",
+        "provenance",
+        "reason",
+        "runs",
+        "signal",
+        "start_time",
+        "state",
+        "submit_time",
+        "time_limit",
+        "workers",
+    )
+
+    def __init__(
+        self,
+        job_id: int,
+        manifest: JobManifest,
+        provenance: tuple[tuple[str, str], ...],
+        time_limit: int | None,
+        now: float,
+    ) -> None:
+        self.id = job_id
+        self.manifest = manifest
+        self.provenance = provenance
+        self.time_limit = time_limit
+        self.submit_time = now
+        self.eligible_time: float | None = None
+        self.state = JobState.PENDING
+        self.reason: str | None = None
+        self.start_time: float | None = None
+        self.end_time: float | None = None
+        self.exit_code: int | None = None
+        self.signal: int | None = None
+        self.oom = False
+        self.peak: int | None = None
+        self.attempts = 0
+        self.workers: tuple[str, ...] = ()
+        self.pool = TaskPool(manifest.array)
+        self.runs: dict[int, Run] = {}  # pool index (0 for a single job) -> active run
+        self.eval_pass = 0
+
+    @property
+    def is_array(self) -> bool:
+        return self.manifest.array is not None
+
+    def index_of(self, raw: int) -> int | None:
+        return raw if self.manifest.array is not None else None
+
+    @staticmethod
+    def raw_of(index: int | None) -> int:
+        return 0 if index is None else index
+
+    def record(self) -> JobRecord:
+        return JobRecord(
+            job_id=self.id,
+            manifest=self.manifest,
+            provenance=self.provenance,
+            submit_time=self.submit_time,
+            eligible_time=self.eligible_time,
+            time_limit=self.time_limit,
+            state=self.state,
+            reason=self.reason,
+            start_time=self.start_time,
+            end_time=self.end_time,
+            exit_code=self.exit_code,
+            pool=self.pool.to_record(),
+            attempts=self.attempts,
+            workers=self.workers,
+            signal=self.signal,
+            oom=self.oom,
+            peak_memory_bytes=self.peak,
+        )
+
+    @classmethod
+    def from_record(cls, rec: JobRecord) -> Job:
+        job = cls(rec.job_id, rec.manifest, rec.provenance, rec.time_limit, rec.submit_time)
+        job.eligible_time = rec.eligible_time
+        job.state = rec.state
+        job.reason = rec.reason
+        job.start_time = rec.start_time
+        job.end_time = rec.end_time
+        job.exit_code = rec.exit_code
+        job.pool = TaskPool.from_record(rec.manifest.array, rec.pool)
+        job.attempts = rec.attempts
+        job.workers = rec.workers
+        job.signal = rec.signal
+        job.oom = rec.oom
+        job.peak = rec.peak_memory_bytes
+        return job
+
+
+class SchedState:
+    """All scheduler state plus the outbox that one `handle` call fills."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.now = 0.0
+        self.jobs: dict[int, Job] = {}
+        self.workers: dict[str, WorkerState] = {}
+        self.next_id = 1
+        self.ready = ReadyQueue(config)
+        self.dependents: dict[int, list[int]] = {}
+        self.begin_heap: list[tuple[float, int]] = []
+        self.deadlines: list[tuple[float, int, int, int]] = []  # deadline, job, raw index, attempt
+        self.draining: dict[RunKey, Run] = {}
+        self.need_pass = True
+        self.pass_no = 0
+        self.dirty_jobs: dict[int, Job] = {}
+        self.dirty_runs: dict[RunKey, Run] = {}
+        self.dirty_workers: dict[str, WorkerState] = {}
+        self.actions: list[Accepted | Rejected | Start | Kill] = []
+
+    # ---- outbox
+
+    def flush(self) -> list[Instruction]:
+        out: list[Instruction] = [
+            SaveWorker(record=w.record()) for w in self.dirty_workers.values()
+        ]
+        out += [SaveJob(record=j.record()) for j in self.dirty_jobs.values()]
+        out += [SaveTask(record=r.record()) for r in self.dirty_runs.values()]
+        out += self.actions
+        self.dirty_workers.clear()
+        self.dirty_jobs.clear()
+        self.dirty_runs.clear()
+        self.actions = []
+        return out
+
+    def touch(self, job: Job) -> None:
+        self.dirty_jobs[job.id] = job
+
+    def touch_run(self, run: Run) -> None:
+        self.dirty_runs[run.key] = run
+
+    # ---- job state
+
+    def set_state(self, job: Job, state: JobState, reason: str | None = None) -> None:
+        if state != job.state:
+            allowed = _LEGAL.get(job.state, frozenset())
+            if state not in allowed or (
+                not job.is_array
+                and job.state is JobState.PENDING
+                and state.terminal
+                and state is not JobState.CANCELLED
+            ):
+                raise InvariantError(
+                    f"job {job.id}: illegal move {job.state.value} -> {state.value}"
+                )
+            job.state = state
+            if state is JobState.RUNNING and job.start_time is None:
+                job.start_time = self.now
+            if state.terminal:
+                job.end_time = self.now
+        if job.reason != reason:
+            job.reason = reason
+        self.touch(job)
+
+    def refresh(self, job: Job) -> JobState:
+        """Derive a job's state from its runs and pool; returns the new state."""
+        if job.state.terminal:
+            return job.state
+        pool = job.pool
+        if job.runs:
+            self.set_state(job, JobState.RUNNING, job.reason if pool.pending else None)
+        elif pool.pending:
+            self.set_state(job, JobState.PENDING, job.reason or "Priority")
+        else:
+            final = JobState.COMPLETED
+            for s in _AGGREGATE:
+                if pool.counts.get(s):
+                    final = s
+                    break
+            self.set_state(job, final, job.reason if final is JobState.CANCELLED else None)
+        return job.state
+
+    # ---- instructions
+
+    def kill(self, run: Run, node: NodeRecord, reason: KillReason) -> None:
+        self.actions.append(Kill(run=run.ref(node.rank), worker_id=node.worker_id, reason=reason))
+
+    def push_deadline(self, job: Job, run: Run) -> None:
+        if run.deadline is not None:
+            heapq.heappush(
+                self.deadlines, (run.deadline, job.id, job.raw_of(run.index), run.attempt)
+            )
+
+    def node_deadline(self, key: NodeKey) -> float:
+        """When a node is expected to free its resources at the latest (inf if unknown)."""
+        job = self.jobs.get(key[0])
+        run = job.runs.get(Job.raw_of(key[1])) if job else None
+        if run is None or run.attempt != key[2]:
+            return self.now  # draining: already told to stop
+        if run.ending is not None:
+            return self.now
+        return run.deadline if run.deadline is not None else float("inf")
