@@ -367,7 +367,9 @@ class JobRunner:
         """The main process has exited: log its last output, kill what is left of the job,
         then read the pipes to EOF."""
         pump.pump_ready()
-        leftovers = len(cgroup.pids()) or len(procs.group_members(pgid))
+        # A real cgroup holds every process of the job, also those that left its group.
+        tracked = not isinstance(cgroup, NullCgroup)
+        leftovers = len(cgroup.pids()) if tracked else len(procs.group_members(pgid))
         _kill_all(cgroup, pgid, signal.SIGKILL)
         if leftovers:
             self._sys(f"killed {leftovers} process(es) left running when the main process ended")
@@ -376,7 +378,8 @@ class JobRunner:
                 "stopped reading output: a process outside the job's process group "
                 "and cgroup still holds its stdout/stderr"
             )
-        procs.wait_group_gone(pgid)
+        if not tracked:  # with a cgroup, removing it waits for its processes to go
+            procs.wait_group_gone(pgid)
 
 
 def _kill_all(cgroup: JobCgroup, pgid: int, sig: int) -> None:

@@ -12,6 +12,12 @@ import time
 
 def group_members(pgid: int) -> list[int]:
     """Pids of the live (non-zombie) processes in process group `pgid`."""
+    try:
+        os.killpg(pgid, 0)  # one syscall answers the common case: no member at all
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass
     members = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
