@@ -185,6 +185,18 @@ def test_out_of_memory(tmp_path: Path, backend: CgroupBackend) -> None:
     assert any("out of memory: the kernel killed" in t for t in job.texts(Stream.SYS))
 
 
+def test_oom_of_a_child_counts_even_if_the_script_exits_0(
+    tmp_path: Path, backend: CgroupBackend
+) -> None:
+    if not has_memory(backend):
+        pytest.skip(f"{backend.describe()} has no memory controller")
+    script = f"{sys.executable} -c 'x = b\"a\" * (200 << 20)'; echo carried on; exit 0"
+    job = Job(tmp_path, backend, script, memory_bytes=64 << 20)
+    outcome = job.run()
+    assert (outcome.state, outcome.exit_code) == (RunState.OUT_OF_MEMORY, 0)
+    assert "carried on" in job.texts(Stream.OUT)
+
+
 def test_limits_are_visible_inside_the_job(tmp_path: Path, backend: CgroupBackend) -> None:
     if not isinstance(backend, HybridBackend) and backend.name != "v1":
         pytest.skip("reads v1 control files from inside the job")
