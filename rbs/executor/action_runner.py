@@ -43,6 +43,7 @@ from rbs.model import Digest, DigestFunction
 log = logging.getLogger(__name__)
 
 Uploader = Callable[[list[Digest]], None]
+Prefetcher = Callable[[Digest], None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,12 +106,16 @@ class ActionRunner:
         store: BlobStore,
         work_dir: Path,
         *,
+        output_store: BlobStore | None = None,
         upload: Uploader | None = None,
+        prefetch: Prefetcher | None = None,
         worker_name: str = "",
         link_inputs: bool = True,
         keep_sandboxes: bool = False,
     ) -> None:
         self._store = store
+        self._output_store = output_store or store
+        self._prefetch = prefetch
         self._sandboxes = Path(work_dir) / "sandboxes"
         self._upload = upload
         self._worker_name = worker_name
@@ -180,6 +185,8 @@ class ActionRunner:
     ) -> Path:
         ir = action.input_root_digest
         root = Digest(function=digest.function, hash=ir.hash, size=ir.size_bytes)
+        if self._prefetch is not None:
+            self._prefetch(root)
         return sandbox.populate(
             self._store,
             root,
@@ -235,7 +242,7 @@ class ActionRunner:
         fn: DigestFunction,
         exit_code: int,
     ) -> re_pb2.ActionResult:
-        store = _Recorder(self._store)
+        store = _Recorder(self._output_store)
         result = re_pb2.ActionResult(exit_code=exit_code)
         result.stdout_digest.CopyFrom(_proto(store.put_file(sandbox.stdout, function=fn)))
         result.stderr_digest.CopyFrom(_proto(store.put_file(sandbox.stderr, function=fn)))

@@ -1,0 +1,412 @@
+"""The worker daemon: one long-lived stream to the server, build actions in sandboxes.
+
+The worker registers its resources and slot pools, heartbeats, and runs the build
+actions the server leases to it, each in its own asyncio task (blocking work goes
+to threads, so heartbeats keep flowing). Inputs come from a worker-local disk cache
+in front of the server's CAS: only blobs the cache lacks are fetched, in batches.
+Outputs are stored locally and uploaded in one pass before the result is reported.
+
+When the stream breaks, running actions carry on; the worker reconnects with
+exponential backoff and lists the leases it still holds (and results it could not
+yet report), so the server keeps them with it. If the server stays away longer than
+`reconnect_timeout` the worker gives up and exits with an error. Job leases are
+left to a job runner that registers itself as `job_handler`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from google.rpc import code_pb2, status_pb2
+
+from rbs import __version__
+from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
+from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
+from rbs.cas.disk import DiskStore
+from rbs.cas.store import CHUNK
+from rbs.cas.tree import walk_tree
+from rbs.cas.twolevel import TwoLevelStore
+from rbs.executor.action_runner import ActionOutcome, ActionRunner
+from rbs.model import Digest, DigestFunction
+from rbs.remote.auth import auth_metadata
+from rbs.remote.client import RemoteStore, channel_options, connect, parse_target
+
+log = logging.getLogger(__name__)
+
+_FUNCTIONS = {
+    re_pb2.DigestFunction.SHA256: DigestFunction.SHA256,
+    re_pb2.DigestFunction.BLAKE3: DigestFunction.BLAKE3,
+}
+
+
+class WorkerError(RuntimeError):
+    """The worker cannot go on (server gone too long, refused token); the message says why."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resources:
+    cpus: int
+    memory_bytes: int
+    gpu_ids: tuple[str, ...]
+
+
+def machine_resources() -> Resources:
+    """This machine's cores, memory and GPUs (via nvidia-smi when it is installed)."""
+    cpus = len(os.sched_getaffinity(0)) or os.cpu_count() or 1
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    gpus: tuple[str, ...] = ()
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run(
+                [smi, "--query-gpu=index", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout
+            gpus = tuple(line.strip() for line in out.splitlines() if line.strip())
+        except (OSError, subprocess.SubprocessError) as e:
+            log.warning("nvidia-smi is installed but failed (%s); advertising no GPUs", e)
+    return Resources(cpus=cpus, memory_bytes=memory, gpu_ids=gpus)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerConfig:
+    """How one worker runs; None fields take the machine's values."""
+
+    server: str
+    work_dir: Path
+    token: str | None = None
+    name: str = ""
+    address: str = ""
+    cpus: int | None = None
+    memory_bytes: int | None = None
+    gpu_ids: tuple[str, ...] | None = None
+    build_slots: int | None = None
+    job_slots: int | None = None
+    reconnect_timeout_s: float = 300.0
+    link_inputs: bool = True
+
+    def __post_init__(self) -> None:
+        parse_target(self.server)
+        for what, value in (
+            ("--cpus", self.cpus),
+            ("--build-slots", self.build_slots),
+            ("--job-slots", self.job_slots),
+            ("--memory-gb", self.memory_bytes),
+        ):
+            if value is not None and value < 0:
+                raise ValueError(f"{what} must not be negative, got {value}")
+        if self.reconnect_timeout_s <= 0:
+            raise ValueError("the reconnect timeout must be positive")
+
+
+def worker_id_for(work_dir: Path) -> str:
+    """A stable id kept in the work dir, so a restarted worker is known again."""
+    path = work_dir / "worker-id"
+    try:
+        wid = path.read_text().strip()
+        if wid:
+            return wid
+    except FileNotFoundError:
+        pass
+    wid = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(wid + "\n")
+    return wid
+
+
+def _default_address(hostname: str) -> str:
+    try:
+        return socket.gethostbyname(hostname)
+    except OSError:
+        return "127.0.0.1"
+
+
+JobHandler = Callable[[w_pb2.ServerMessage], Awaitable[None]]
+
+
+class Worker:
+    """The daemon; `run()` until `stop()` or a fatal error."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        machine = machine_resources()
+        hostname = socket.gethostname()
+        cpus = config.cpus if config.cpus is not None else machine.cpus
+        self.register = w_pb2.Register(
+            worker_id=worker_id_for(config.work_dir),
+            name=config.name or hostname,
+            hostname=hostname,
+            address=config.address or _default_address(hostname),
+            cpus=cpus,
+            memory_bytes=(
+                config.memory_bytes if config.memory_bytes is not None else machine.memory_bytes
+            ),
+            gpu_ids=config.gpu_ids if config.gpu_ids is not None else machine.gpu_ids,
+            build_slots=config.build_slots if config.build_slots is not None else cpus,
+            job_slots=config.job_slots if config.job_slots is not None else cpus,
+            version=__version__,
+        )
+        self.worker_id = self.register.worker_id
+        self._channel = connect(config.server)
+        self.remote = RemoteStore(self._channel, token=config.token)
+        self.local = DiskStore(config.work_dir / "cas")
+        self.store = TwoLevelStore(self.local, self.remote)
+        self.runner = ActionRunner(
+            self.store,
+            config.work_dir,
+            output_store=self.local,
+            upload=self._upload,
+            prefetch=self._prefetch,
+            worker_name=self.register.name,
+            link_inputs=config.link_inputs,
+        )
+        self.job_handler: JobHandler | None = None
+        self._running: dict[str, asyncio.Task[None]] = {}
+        # Results of leases that ended while no stream was open; sent after reconnecting.
+        self._unsent: dict[str, w_pb2.WorkerMessage] = {}
+        self._outbox: asyncio.Queue[w_pb2.WorkerMessage] | None = None
+        self._stopping = asyncio.Event()
+        self.connected = asyncio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        target = parse_target(self.config.server)
+        backoff = 0.2
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.reconnect_timeout_s
+        try:
+            while not self._stopping.is_set():
+                async with grpc.aio.insecure_channel(target, options=channel_options()) as ch:
+                    try:
+                        registered = await self._session(w_grpc.WorkersStub(ch))
+                    except grpc.aio.AioRpcError as e:
+                        if e.code() in (
+                            grpc.StatusCode.UNAUTHENTICATED,
+                            grpc.StatusCode.PERMISSION_DENIED,
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            grpc.StatusCode.UNIMPLEMENTED,
+                        ):
+                            raise WorkerError(
+                                f"the server at {self.config.server} refused this worker: "
+                                f"{e.code().name}: {e.details()}"
+                            ) from None
+                        log.warning("stream to %s ended: %s", target, e.code().name)
+                        registered = False
+                if registered:
+                    backoff = 0.2
+                    deadline = loop.time() + self.config.reconnect_timeout_s
+                if self._stopping.is_set():
+                    break
+                if loop.time() >= deadline:
+                    raise WorkerError(
+                        f"the server at {self.config.server} has been unreachable for "
+                        f"{self.config.reconnect_timeout_s:g}s; giving up"
+                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), backoff)
+                backoff = min(backoff * 2, 5.0)
+        finally:
+            await self._cancel_all()
+            self._channel.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _cancel_all(self) -> None:
+        tasks = list(self._running.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ the stream
+
+    async def _session(self, stub: w_grpc.WorkersStub) -> bool:
+        """One Connect stream; returns whether it got as far as being registered."""
+        register = w_pb2.Register()
+        register.CopyFrom(self.register)
+        register.held_action_leases.extend(sorted({*self._running, *self._unsent}))
+        call = stub.Connect(metadata=auth_metadata(self.config.token))
+        outbox: asyncio.Queue[w_pb2.WorkerMessage] = asyncio.Queue()
+        await call.write(w_pb2.WorkerMessage(register=register))
+        first = await call.read()
+        # The stream's end reads as grpc.aio.EOF, which is no ServerMessage.
+        if not isinstance(first, w_pb2.ServerMessage) or not first.HasField("registered"):
+            await call.done_writing()
+            return False
+        interval = first.registered.heartbeat_interval.ToTimedelta().total_seconds() or 5.0
+        log.info("registered with %s as %s", self.config.server, self.worker_id)
+        for msg in self._unsent.values():
+            outbox.put_nowait(msg)
+        self._unsent.clear()
+        self._outbox = outbox
+        self.connected.set()
+        writer = asyncio.create_task(self._write(call, outbox))
+        beat = asyncio.create_task(self._heartbeat(outbox, interval))
+        stop = asyncio.create_task(self._stopping.wait())
+        try:
+            reader = asyncio.create_task(self._read(call))
+            done, _ = await asyncio.wait(
+                {reader, writer, stop}, return_when=asyncio.FIRST_COMPLETED
+            )
+            for t in done:
+                if t is not stop and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+        finally:
+            self._outbox = None
+            self.connected.clear()
+            for t in (writer, beat, stop, reader):
+                t.cancel()
+            await asyncio.gather(writer, beat, stop, reader, return_exceptions=True)
+            # Whatever the writer had not sent yet goes out after the next Register.
+            while not outbox.empty():
+                msg = outbox.get_nowait()
+                if msg.WhichOneof("kind") == "action_finished":
+                    self._unsent[msg.action_finished.lease_id] = msg
+            call.cancel()
+        return True
+
+    async def _write(
+        self,
+        call: grpc.aio.StreamStreamCall[w_pb2.WorkerMessage, w_pb2.ServerMessage],
+        outbox: asyncio.Queue[w_pb2.WorkerMessage],
+    ) -> None:
+        while True:
+            msg = await outbox.get()
+            try:
+                await call.write(msg)
+            except BaseException:
+                if msg.WhichOneof("kind") == "action_finished":
+                    self._unsent[msg.action_finished.lease_id] = msg
+                raise
+
+    async def _heartbeat(self, outbox: asyncio.Queue[w_pb2.WorkerMessage], interval: float) -> None:
+        while True:
+            outbox.put_nowait(
+                w_pb2.WorkerMessage(
+                    heartbeat=w_pb2.Heartbeat(
+                        build_slots_used=len(self._running), load1=os.getloadavg()[0]
+                    )
+                )
+            )
+            await asyncio.sleep(interval)
+
+    async def _read(
+        self, call: grpc.aio.StreamStreamCall[w_pb2.WorkerMessage, w_pb2.ServerMessage]
+    ) -> None:
+        while True:
+            msg = await call.read()
+            if not isinstance(msg, w_pb2.ServerMessage):
+                return  # grpc.aio.EOF: the server closed the stream
+            kind = msg.WhichOneof("kind")
+            if kind == "action_lease":
+                self._start(msg.action_lease)
+            elif kind == "cancel_action":
+                task = self._running.get(msg.cancel_action.lease_id)
+                if task is not None:
+                    log.info(
+                        "cancelling %s: %s", msg.cancel_action.lease_id, msg.cancel_action.reason
+                    )
+                    task.cancel()
+            elif kind in ("job_lease", "kill_job", "ack"):
+                if self.job_handler is not None:
+                    await self.job_handler(msg)
+                else:
+                    log.warning("the server sent %s but this worker runs no jobs", kind)
+
+    def send(self, msg: w_pb2.WorkerMessage) -> None:
+        """Queue a message for the server (dropped with a warning when disconnected,
+        except results, which are kept until the next stream)."""
+        if self._outbox is not None:
+            self._outbox.put_nowait(msg)
+        elif msg.WhichOneof("kind") == "action_finished":
+            self._unsent[msg.action_finished.lease_id] = msg
+        else:
+            log.debug("not connected; dropped a %s message", msg.WhichOneof("kind"))
+
+    # ------------------------------------------------------------------ actions
+
+    def _start(self, lease: w_pb2.ActionLease) -> None:
+        if lease.lease_id in self._running:
+            return  # a duplicate after a reconnect
+        task = asyncio.create_task(self._run_action(lease), name=lease.lease_id)
+        self._running[lease.lease_id] = task
+        task.add_done_callback(lambda _t: self._running.pop(lease.lease_id, None))
+
+    async def _run_action(self, lease: w_pb2.ActionLease) -> None:
+        fn = _FUNCTIONS.get(lease.digest_function)
+        self.send(w_pb2.WorkerMessage(action_started=w_pb2.ActionStarted(lease_id=lease.lease_id)))
+        if fn is None:
+            outcome = ActionOutcome(
+                code=code_pb2.INVALID_ARGUMENT,
+                message=f"digest function {lease.digest_function} is not supported by this worker",
+            )
+        else:
+            digest = Digest(
+                function=fn, hash=lease.action_digest.hash, size=lease.action_digest.size_bytes
+            )
+            timeout = lease.timeout.ToTimedelta().total_seconds()
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", lease.lease_id)
+            log.info("running %s (%s, attempt %d)", lease.operation_name, digest, lease.attempt)
+            try:
+                outcome = await self.runner.run(digest, name=name, timeout_s=timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.exception("action %s failed on this worker", digest)
+                outcome = ActionOutcome(
+                    code=code_pb2.INTERNAL,
+                    message=f"worker {self.worker_id}: {type(e).__name__}: {e}",
+                )
+        self.send(
+            w_pb2.WorkerMessage(
+                action_finished=w_pb2.ActionFinished(
+                    lease_id=lease.lease_id,
+                    status=status_pb2.Status(code=outcome.code, message=outcome.message),
+                    result=outcome.result,
+                )
+            )
+        )
+
+    def _prefetch(self, root: Digest) -> None:
+        """Bring every input blob into the local cache, small ones in batch calls."""
+        files = {e.digest for _, e in walk_tree(self.store, root) if e and e.digest}
+        missing = self.local.find_missing(files)
+        small = [d for d in missing if d.size <= self.remote.batch_limit]
+        if small:
+            for d, data in self.remote.get_blobs(small).items():
+                self.local.put(data, expected=d)
+        for d in missing:
+            if d.size > self.remote.batch_limit:
+                self.store.fetch(d)
+
+    def _upload(self, digests: list[Digest]) -> None:
+        """Make the server's CAS hold every output blob (small ones in batch calls)."""
+        missing = self.remote.find_missing(digests)
+        by_fn: dict[DigestFunction, list[bytes]] = {}
+        for d in missing:
+            if d.size <= self.remote.batch_limit:
+                by_fn.setdefault(d.function, []).append(self.local.get(d))
+            else:
+                with self.local.open(d) as src, self.remote.writer(d) as w:
+                    while chunk := src.read(CHUNK):
+                        w.write(chunk)
+                    w.commit()
+        for fn, blobs in by_fn.items():
+            self.remote.put_blobs(blobs, fn)
