@@ -21,11 +21,11 @@ from google.rpc import status_pb2
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
-from rbs.cas.errors import BlobNotFound, CorruptBlob
+from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch
 from rbs.cas.store import BlobStore
 from rbs.model import Digest, DigestFunction
 from rbs.remote.convert import digest_from_proto, digest_to_proto, request_function
-from rbs.remote.errors import InvalidRequest, NotFound, rpc_errors, status_of
+from rbs.remote.errors import InvalidRequest, NotFound, code_of, rpc_errors, status_of
 from rbs.remote.instances import Instances
 
 log = logging.getLogger(__name__)
@@ -87,32 +87,53 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
             missing_blob_digests=[digest_to_proto(d) for d in missing]
         )
 
-    def _update_one(
-        self, item: re_pb2.BatchUpdateBlobsRequest.Request, fn: DigestFunction, i: int
-    ) -> status_pb2.Status:
-        try:
-            digest = digest_from_proto(item.digest, fn, f"requests[{i}].digest")
-            if item.compressor == _C.ZSTD:
-                data = decompress_exact(item.data, digest)
-            elif item.compressor == _C.IDENTITY:
-                data = item.data
-            else:
-                raise InvalidRequest(
-                    f"requests[{i}]: compressor {item.compressor} is not supported; "
-                    "use IDENTITY or ZSTD"
-                )
-            self.store.put(data, expected=digest)
-        except Exception as exc:
-            status = status_of(exc)
-            if status.code == grpc.StatusCode.INTERNAL.value[0]:
-                log.exception("BatchUpdateBlobs item %d failed", i)
-            return status
-        return _OK
+    @staticmethod
+    def _verified_data(
+        item: re_pb2.BatchUpdateBlobsRequest.Request, fn: DigestFunction, i: int
+    ) -> tuple[Digest, bytes]:
+        digest = digest_from_proto(item.digest, fn, f"requests[{i}].digest")
+        if item.compressor == _C.ZSTD:
+            data = decompress_exact(item.data, digest)
+        elif item.compressor == _C.IDENTITY:
+            data = item.data
+        else:
+            raise InvalidRequest(
+                f"requests[{i}]: compressor {item.compressor} is not supported; "
+                "use IDENTITY or ZSTD"
+            )
+        actual = Digest.of(data, fn)
+        if actual != digest:
+            raise DigestMismatch(digest, actual)
+        return digest, data
 
     def _update_all(
         self, requests: list[re_pb2.BatchUpdateBlobsRequest.Request], fn: DigestFunction
     ) -> list[status_pb2.Status]:
-        return [self._update_one(item, fn, i) for i, item in enumerate(requests)]
+        statuses: list[status_pb2.Status] = []
+        good: list[tuple[int, bytes]] = []
+        for i, item in enumerate(requests):
+            try:
+                digest, data = self._verified_data(item, fn, i)
+            except Exception as exc:
+                statuses.append(status_of(exc))
+                continue
+            statuses.append(_OK)
+            if digest.size:
+                good.append((i, data))
+        if not good:
+            return statuses
+        # One batch makes every verified blob durable together (one fsync pass).
+        try:
+            with self.store.batch() as batch:
+                for _, data in good:
+                    batch.put(data, function=fn)
+        except Exception as exc:
+            if code_of(exc) is None:
+                log.exception("BatchUpdateBlobs failed to store %d blob(s)", len(good))
+            failed = status_of(exc)
+            for i, _ in good:
+                statuses[i] = failed
+        return statuses
 
     @rpc_errors
     async def BatchUpdateBlobs(

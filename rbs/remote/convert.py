@@ -37,7 +37,7 @@ def function_from_proto(value: int) -> DigestFunction | None:
     fn = _FROM_PROTO.get(value)
     if fn is None:
         try:
-            name = _DF.Name(value)
+            name = _DF.Value.Name(value)
         except ValueError:
             name = str(value)
         raise InvalidRequest(
