@@ -93,7 +93,9 @@ class Analyzer:
         else:
             full = self.ws.root / label.path
             if not full.is_file() or self.ws.package_of_path(label.path) != label.package:
-                raise self._no_such_target(label, pkg.names(), referrer, attr)
+                raise self._no_such_target(
+                    label, pkg.names() + self.loader.files_of(label.package), referrer, attr
+                )
             f = File(path=label.path, short_path=label.path, is_source=True, owner=str(label))
             info = TargetInfo(label=label, kind="source file", files=(f,))
         self.infos[label] = info

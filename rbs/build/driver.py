@@ -110,6 +110,10 @@ def run_build(
     """Build (mode "build"), or build and test (mode "test"), the targets of `patterns`."""
     state = BuildState.load(root)
     request = request_key(patterns, cwd_package, mode)
+    # Create the output folders first: adding them later would change the workspace
+    # root's stat data, which the cached analysis depends on.
+    (root / "rbs-out").mkdir(exist_ok=True)
+    state.dir.mkdir(parents=True, exist_ok=True)
     if mode == "build" and state.is_noop(request):
         return BuildResult(labels=[], up_to_date=True, root=root)
     labels, graph, cached = _analysis(

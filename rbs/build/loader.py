@@ -249,7 +249,7 @@ class Loader:
             pkg.outputs[out] = name
         pkg.targets[name] = target
 
-    def _files_of(self, package: str) -> list[str]:
+    def files_of(self, package: str) -> list[str]:
         files = self._file_lists.get(package)
         if files is None:
             files = package_files(self.ws, package)
@@ -270,7 +270,7 @@ class Loader:
             ):
                 raise ValueError(f"glob({what} = ...) must be a list of strings, got {arg!r}")
         self.globbed.add(pkg.name)
-        return glob(self._files_of(pkg.name), include or [], exclude or [], allow_empty=allow_empty)
+        return glob(self.files_of(pkg.name), include or [], exclude or [], allow_empty=allow_empty)
 
     def _package_name(self) -> str:
         return self._pkg("package_name()").name
