@@ -47,6 +47,7 @@ from rbs.remote.bytestream import ByteStreamServicer
 from rbs.remote.capabilities import CapabilitiesServicer, server_capabilities
 from rbs.remote.cas_service import CasServicer
 from rbs.remote.config import Config
+from rbs.remote.exec_setup import execution_services
 from rbs.remote.instances import Instances
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,8 @@ SERVICES: tuple[Service, ...] = (
     Service(name=CAS, add=_add_cas),
     Service(name=BYTESTREAM, add=_add_bytestream),
     Service(name=ACTION_CACHE, add=_add_action_cache),
+    # Remote execution: Execution and Workers, sharing one worker hub.
+    *execution_services(),
 )
 
 
