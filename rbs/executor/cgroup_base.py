@@ -82,6 +82,13 @@ class CgroupFs:
     def exists(self, path: Path) -> bool:
         return path.exists()
 
+    def children(self, path: Path) -> list[Path]:
+        """The sub-groups of a group (missing group: none)."""
+        try:
+            return sorted(p for p in path.iterdir() if p.is_dir())
+        except FileNotFoundError:
+            return []
+
     def read(self, path: Path) -> str:
         try:
             return path.read_text()
@@ -144,21 +151,38 @@ def group_name(key: str) -> str:
     return f"{safe}-{secrets.token_hex(4)}"
 
 
-def make_group(fs: CgroupFs, path: Path) -> None:
-    """Create `path` (its parent, rbs's base group, is created on first use)."""
+_SCOPE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
+
+
+def check_scope(scope: str) -> str:
+    """A scope names one worker's folder of job groups, so that it can sweep its own."""
+    if not _SCOPE.fullmatch(scope):
+        raise ValueError(
+            f"cgroup scope {scope!r} must be 1-64 letters, digits, '_', '-' or '.', "
+            "not starting with '.'; use the worker's name"
+        )
+    return scope
+
+
+def make_group(fs: CgroupFs, path: Path, parents: int = 0) -> None:
+    """Create `path`, and first its missing `parents` nearest ancestors (rbs's base)."""
     try:
-        if not fs.exists(path.parent):
-            with contextlib.suppress(FileExistsError):
-                fs.mkdir(path.parent)
+        for ancestor in reversed(path.parents[:parents]):
+            if not fs.exists(ancestor):
+                with contextlib.suppress(FileExistsError):
+                    fs.mkdir(ancestor)
         fs.mkdir(path)
     except OSError as e:
-        raise CgroupError(f"cannot create cgroup {path}: {e.strerror or e}") from e
+        raise CgroupError(f"cannot create cgroup {path}: {e.strerror or e}", e.errno) from e
 
 
 def kill_pids(fs: CgroupFs, groups: list[Path], sig: int) -> int:
     """Signal every process in `groups`; returns how many were signalled."""
+    pids: set[int] = set()
+    for g in groups:
+        pids |= fs.pids(g)
     sent = 0
-    for pid in set().union(*(fs.pids(g) for g in groups)) if groups else set():
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
             sent += 1
@@ -246,11 +270,17 @@ class CgroupBackend(ABC):
     def describe(self) -> str:
         """One line for logs: the kind of backend and where it creates groups."""
 
+    @abstractmethod
+    def sweep(self) -> list[Path]:
+        """Kill and remove every job group in this backend's scope, e.g. those a previous
+        run of this worker left behind; returns the groups removed."""
+
 
 class NullCgroup(JobCgroup):
     """No cgroup: limits are not enforced and usage comes from rusage instead."""
 
     def __init__(self, reason: str, notes: tuple[str, ...] = ()) -> None:
+        self.reason = reason
         self.description = f"none ({reason})"
         self.notes = notes
         self._fs = CgroupFs()
@@ -288,6 +318,9 @@ class NullBackend(CgroupBackend):
 
     def describe(self) -> str:
         return f"none: {self.reason}"
+
+    def sweep(self) -> list[Path]:
+        return []
 
 
 def unlimited_notes(limits: Limits, have: set[str], why: str = "") -> tuple[str, ...]:

@@ -97,13 +97,18 @@ class V1Backend(CgroupBackend):
     def describe(self) -> str:
         return "cgroup v1 " + " ".join(f"{c}:{p}" for c, p in sorted(self.bases.items()))
 
+    def sweep(self) -> list[Path]:
+        groups = sorted({g for base in set(self.bases.values()) for g in self.fs.children(base)})
+        remove_groups(self.fs, groups)
+        return groups
+
     def create(self, key: str, limits: Limits) -> V1Cgroup:
         name = group_name(key)
         groups = {c: base / name for c, base in self.bases.items()}
         made: list[Path] = []
         try:
             for path in sorted(set(groups.values())):
-                make_group(self.fs, path)
+                make_group(self.fs, path, parents=1)
                 made.append(path)
             configure_v1(self.fs, groups, limits)
         except CgroupError:

@@ -20,6 +20,7 @@ from rbs.executor.cgroup_base import (
     JobCgroup,
     Limits,
     Usage,
+    check_scope,
     group_name,
     kill_pids,
     make_group,
@@ -111,9 +112,14 @@ class V2Backend(CgroupBackend):
         enabled = ",".join(sorted(self.controllers)) or "no controllers"
         return f"cgroup v2 under {self.base} ({enabled})"
 
+    def sweep(self) -> list[Path]:
+        groups = self.fs.children(self.base)
+        remove_groups(self.fs, groups)
+        return groups
+
     def create(self, key: str, limits: Limits) -> V2Cgroup:
         path = self.base / group_name(key)
-        make_group(self.fs, path)
+        make_group(self.fs, path, parents=1)
         try:
             configure_v2(self.fs, path, limits, self.controllers)
         except CgroupError:
@@ -145,16 +151,19 @@ def _enable(fs: CgroupFs, group: Path, want: set[str]) -> None:
         fs.write(group / "cgroup.subtree_control", " ".join("+" + c for c in missing))
 
 
-def prepare_v2(fs: CgroupFs, own: Path, *, move_self: bool = True) -> V2Backend:
-    """Set up rbs's base group below the worker's own group `own` and enable controllers.
+def prepare_v2(
+    fs: CgroupFs, own: Path, *, scope: str = "default", move_self: bool = True
+) -> V2Backend:
+    """Set up rbs's base group `own/rbs/<scope>` below the worker's own group `own` and
+    enable the controllers for job groups under it.
 
     When `own` still holds the worker (and the kernel refuses to delegate controllers
     for that reason, EBUSY), the worker moves itself into the leaf `own/rbs-worker`
     first, as systemd's Delegate=yes expects of a service that manages sub-groups.
     """
+    base = own / BASE / check_scope(scope)
     available = set(fs.read(own / "cgroup.controllers").split())
     want = available & set(WANTED)
-    base = own / BASE
     if want:
         try:
             _enable(fs, own, want)
@@ -167,14 +176,17 @@ def prepare_v2(fs: CgroupFs, own: Path, *, move_self: bool = True) -> V2Backend:
             fs.write(leaf / "cgroup.procs", str(os.getpid()))
             log.info("moved the worker into %s so %s can delegate controllers", leaf, own)
             _enable(fs, own, want)
-    if not fs.exists(base):
-        try:
-            fs.mkdir(base)
-        except FileExistsError:
-            pass
-        except OSError as e:
-            raise CgroupError(f"cannot create cgroup {base}: {e.strerror or e}", e.errno) from e
-    if want:
-        _enable(fs, base, want)
+    for group in (base.parent, base):
+        if not fs.exists(group):
+            try:
+                fs.mkdir(group)
+            except FileExistsError:
+                pass
+            except OSError as e:
+                raise CgroupError(
+                    f"cannot create cgroup {group}: {e.strerror or e}", e.errno
+                ) from e
+        if want:
+            _enable(fs, group, want)
     enabled = set(fs.read(base / "cgroup.subtree_control").split()) if want else set()
     return V2Backend(base, frozenset(enabled & want), fs)

@@ -25,6 +25,7 @@ from rbs.executor.cgroup_base import (
     Limits,
     NullBackend,
     Usage,
+    check_scope,
 )
 from rbs.executor.cgroup_v1 import CONTROLLERS as V1_CONTROLLERS
 from rbs.executor.cgroup_v1 import V1Backend, V1Cgroup
@@ -150,6 +151,10 @@ class HybridBackend(CgroupBackend):
     def describe(self) -> str:
         return f"hybrid: {self.v1.describe()}; tracking by {self.v2.describe()}"
 
+    def sweep(self) -> list[Path]:
+        # v2 first: cgroup.kill takes the whole tree at once.
+        return self.v2.sweep() + self.v1.sweep()
+
     def create(self, key: str, limits: Limits) -> JobCgroup:
         v1 = self.v1.create(key, limits)
         try:
@@ -161,18 +166,20 @@ class HybridBackend(CgroupBackend):
         return HybridCgroup(v1, v2)
 
 
-def _v1_backend(fs: CgroupFs, mounts: list[Mount], member: dict[str, str]) -> V1Backend | None:
+def _v1_backend(
+    fs: CgroupFs, mounts: list[Mount], member: dict[str, str], scope: str
+) -> V1Backend | None:
     bases: dict[str, Path] = {}
     for c in V1_CONTROLLERS:
         mount = next((m for m in mounts if c in m.controllers), None)
         if mount is None or c not in member:
             continue
-        base = _under(mount, member[c]) / BASE
+        base = _under(mount, member[c]) / BASE / scope
         try:
-            if not fs.exists(base):
-                fs.mkdir(base)
-        except FileExistsError:
-            pass
+            for group in (base.parent, base):
+                if not fs.exists(group):
+                    with contextlib.suppress(FileExistsError):
+                        fs.mkdir(group)
         except OSError as e:
             log.warning("cgroup v1 %s not usable: cannot create %s: %s", c, base, e.strerror or e)
             continue
@@ -188,11 +195,17 @@ def detect(
     fs: CgroupFs | None = None,
     proc_cgroup: Path = Path("/proc/self/cgroup"),
     mountinfo: Path = Path("/proc/self/mountinfo"),
+    scope: str = "default",
     move_self: bool = True,
 ) -> CgroupBackend:
-    """The best usable backend (or the one named by `kind`); NullBackend says why not."""
+    """The best usable backend (or the one named by `kind`); NullBackend says why not.
+
+    Job groups go under `<worker's own group>/rbs/<scope>` in each hierarchy; give each
+    worker on a host its own scope (its name) so that `sweep()` touches only its jobs.
+    """
     if kind not in KINDS:
         raise ValueError(f"unknown cgroup backend {kind!r}; use one of: {', '.join(KINDS)}")
+    check_scope(scope)
     if kind == "none":
         return NullBackend("disabled by configuration")
     fs = fs or CgroupFs()
@@ -210,7 +223,7 @@ def detect(
             errors.append("no cgroup2 mount")
             return None
         try:
-            return prepare_v2(fs, v2_own, move_self=move_self)
+            return prepare_v2(fs, v2_own, scope=scope, move_self=move_self)
         except CgroupError as e:
             errors.append(f"cgroup v2: {e}")
             return None
@@ -224,7 +237,7 @@ def detect(
         if v2 is not None:
             return v2
     if kind in ("auto", "v1", "hybrid"):
-        v1 = _v1_backend(fs, mounts, member_v1)
+        v1 = _v1_backend(fs, mounts, member_v1, scope)
         if v1 is None:
             errors.append("no writable cgroup v1 memory or cpu hierarchy")
         elif kind == "v1":

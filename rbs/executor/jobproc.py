@@ -76,7 +76,8 @@ class JobRunner:
         self.finished = threading.Event()
         self._lock = threading.Lock()
         self._request: tuple[KillReason, str] | None = None
-        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        # The wake-up pipe exists only while run() does; kill() before that just records.
+        self._wake_r = self._wake_w = -1
         self._ran = False
 
     # ---- control, from any thread -------------------------------------------------
@@ -144,6 +145,8 @@ class JobRunner:
         if self._ran:
             raise RuntimeError(f"job {self.spec.key}: a JobRunner runs its job only once")
         self._ran = True
+        with self._lock:
+            self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             self.outcome = self._run()
             return self.outcome
@@ -178,7 +181,7 @@ class JobRunner:
         except CgroupError as e:
             cgroup = NullCgroup(f"creating it failed: {e}")
         if isinstance(cgroup, NullCgroup):
-            self._sys(f"running without a cgroup: {cgroup.description[6:-1]}")
+            self._sys(f"running without a cgroup: {cgroup.reason}")
         else:
             self._sys(f"cgroup: {cgroup.description}")
         for note in cgroup.notes:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from rbs.executor import procs
-from rbs.executor.cgroup_base import CgroupBackend, NullBackend
+from rbs.executor.cgroup_base import CgroupBackend, Limits, NullBackend
 from rbs.executor.cgroup_v2 import V2Backend
 from rbs.executor.cgroups import HybridBackend, detect
 from rbs.executor.joblog import LogLine, LogSpool, Stream
@@ -221,6 +223,34 @@ def test_env_is_exact_with_ids_and_gpus(tmp_path: Path, backend: CgroupBackend) 
     assert env["RBS_JOB_ID"] == "j1" and env["RBS_TASK_ID"] == "4" and env["RBS_ATTEMPT"] == "3"
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["NVIDIA_VISIBLE_DEVICES"] == "1"
     assert "RBS_TEST_LEAK" not in env
+
+
+@pytest.mark.parametrize("kind", ["v1", "hybrid", "v2"])
+def test_sweep_kills_what_a_previous_worker_left(kind: str) -> None:
+    scope = f"test-sweep-{uuid.uuid4().hex[:8]}"
+    backend = detect(kind, scope=scope)
+    if isinstance(backend, NullBackend):
+        pytest.skip(f"cgroup backend {kind} not usable on this host: {backend.reason}")
+    group = backend.create("orphan", Limits())
+    proc = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    try:
+        group.join(proc.pid)
+        swept = backend.sweep()
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        assert swept and not any(p.exists() for p in swept)
+    finally:
+        proc.kill()
+        proc.wait()
+        for base in _bases(backend):
+            base.rmdir()
+
+
+def _bases(backend: CgroupBackend) -> set[Path]:
+    if isinstance(backend, HybridBackend):
+        return _bases(backend.v1) | _bases(backend.v2)
+    if isinstance(backend, V2Backend):
+        return {backend.base}
+    return set(getattr(backend, "bases", {}).values())
 
 
 def test_binary_garbage_and_long_lines(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from rbs.executor.cgroup_v1 import V1Backend
 from rbs.executor.cgroup_v2 import V2Backend, prepare_v2
 from rbs.executor.cgroups import (
     HybridBackend,
+    HybridCgroup,
     detect,
     parse_mountinfo,
     parse_proc_cgroup,
@@ -138,7 +139,8 @@ def test_v2_delegates_controllers_and_writes_limits(tmp_path: Path) -> None:
     backend = prepare_v2(fs, root / "service")
     assert backend.controllers == {"cpu", "memory", "pids"}
     group = backend.create("job-7.a1", Limits(cpus=0.5, memory_bytes=64 << 20, pids_max=50))
-    assert group.path.parent == root / "service" / "rbs"
+    assert group.path.parent == root / "service" / "rbs" / "default"
+    assert read(root / "service" / "rbs" / "cgroup.subtree_control") == "cpu memory pids"
     assert read(group.path / "memory.max") == str(64 << 20)
     assert read(group.path / "memory.swap.max") == "0"
     assert read(group.path / "cpu.max") == "50000 100000"
@@ -328,7 +330,7 @@ def test_detect_pure_v2(tmp_path: Path) -> None:
         proc_cgroup=proc_cgroup(tmp_path, ["0::/svc"]),
     )
     assert isinstance(backend, V2Backend)
-    assert backend.base == root / "svc" / "rbs"
+    assert backend.base == root / "svc" / "rbs" / "default"
     assert backend.controllers == {"cpu", "memory", "pids"}
 
 
@@ -345,9 +347,10 @@ def hybrid_layout(tmp_path: Path) -> tuple[FakeKernel, Path, Path]:
 
 def test_detect_hybrid_and_forced_kinds(tmp_path: Path) -> None:
     fs, mi, cg = hybrid_layout(tmp_path)
-    backend = detect(fs=fs, mountinfo=mi, proc_cgroup=cg)
+    backend = detect(fs=fs, mountinfo=mi, proc_cgroup=cg, scope="w1")
     assert isinstance(backend, HybridBackend)
-    assert backend.v1.bases["memory"] == tmp_path / "memory" / "process_api" / "rbs"
+    assert backend.v1.bases["memory"] == tmp_path / "memory" / "process_api" / "rbs" / "w1"
+    assert backend.v2.base == tmp_path / "unified" / "rbs" / "w1"
     assert "pids" not in backend.v1.bases  # not in /proc/self/cgroup
     group = backend.create("j", Limits(memory_bytes=64 << 20))
     assert read(group.v1.groups["memory"] / "memory.limit_in_bytes") == str(64 << 20)
@@ -357,6 +360,22 @@ def test_detect_hybrid_and_forced_kinds(tmp_path: Path) -> None:
     assert isinstance(detect("none", fs=fs, mountinfo=mi, proc_cgroup=cg), NullBackend)
     with pytest.raises(ValueError, match="unknown cgroup backend 'v3'"):
         detect("v3")
+    with pytest.raises(ValueError, match=r"cgroup scope '\.\./x'"):
+        detect(scope="../x")
+
+
+def test_sweep_removes_only_its_own_scope(tmp_path: Path) -> None:
+    fs, mi, cg = hybrid_layout(tmp_path)
+    mine = detect(fs=fs, mountinfo=mi, proc_cgroup=cg, scope="w1")
+    other = detect(fs=fs, mountinfo=mi, proc_cgroup=cg, scope="w2")
+    assert isinstance(mine, HybridBackend) and isinstance(other, HybridBackend)
+    left = [mine.create(f"j{i}", Limits()) for i in range(2)]
+    kept = other.create("j9", Limits())
+    swept = mine.sweep()
+    assert len(swept) == 2 * 4  # 3 v1 hierarchies + the v2 group, per job
+    assert not any(g.v2.path.exists() for g in left if isinstance(g, HybridCgroup))
+    assert isinstance(kept, HybridCgroup) and kept.v2.path.exists()
+    assert all(p.exists() for p in kept.v1.groups.values())
 
 
 def test_detect_falls_back_to_none_when_nothing_is_writable(tmp_path: Path) -> None:
