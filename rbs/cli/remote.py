@@ -127,3 +127,7 @@ def serve(
 # Commands defined in other modules join the group here, one line each, e.g.
 #   from rbs.cli.remote_worker import worker
 #   remote.add_command(worker)
+from rbs.cli.worker import status, worker  # noqa: E402  (joins the group defined above)
+
+remote.add_command(worker)
+remote.add_command(status)

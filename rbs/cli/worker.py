@@ -1,0 +1,245 @@
+"""`rbs remote worker` (run a worker daemon) and `rbs remote status` (the cluster at a glance)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+DEFAULT_SERVER = "127.0.0.1:8980"
+REMOTE_ENV = "RBS_REMOTE"
+_JOB_STATES = (
+    "PENDING",
+    "RUNNING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "PREEMPTED",
+)
+
+
+def _rbs_home() -> Path:
+    return Path(os.environ.get("RBS_HOME") or Path.home() / ".rbs")
+
+
+def _server_option(f: Any) -> Any:
+    return click.option(
+        "--server",
+        envvar=REMOTE_ENV,
+        default=DEFAULT_SERVER,
+        show_default=True,
+        help=f"The server's HOST:PORT (or grpc://HOST:PORT); also ${REMOTE_ENV}.",
+    )(f)
+
+
+def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    if text.strip() in ("", "none"):
+        return ()
+    ids = tuple(g.strip() for g in text.split(","))
+    if any(not g.isdigit() for g in ids):
+        raise click.BadParameter(
+            f"{text!r}: list GPU device ids separated by commas, e.g. 0,1 (or 'none')",
+            param_hint="--gpus",
+        )
+    return ids
+
+
+@click.command()
+@_server_option
+@click.option("--cpus", type=click.IntRange(min=1), help="CPUs to offer [default: all cores].")
+@click.option(
+    "--memory-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Memory to offer in GiB [default: all of it].",
+)
+@click.option("--gpus", help="GPU device ids to offer, e.g. 0,1 [default: nvidia-smi's list].")
+@click.option(
+    "--build-slots", type=click.IntRange(min=0), help="Build actions at once [default: --cpus]."
+)
+@click.option("--job-slots", type=click.IntRange(min=0), help="Jobs at once [default: --cpus].")
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Sandboxes and the local CAS cache [default: $RBS_HOME/worker].",
+)
+@click.option("--name", default="", help="Name shown in `rbs remote status` [default: hostname].")
+@click.option("--address", default="", help="Address other nodes reach this one at.")
+@click.option(
+    "--reconnect-timeout",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="Give up after the server has been unreachable this many seconds.",
+)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help='Write {"worker_id": ..., "pid": ...} as JSON here once registered.',
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def worker(
+    server: str,
+    cpus: int | None,
+    memory_gb: float | None,
+    gpus: str | None,
+    build_slots: int | None,
+    job_slots: int | None,
+    work_dir: Path | None,
+    name: str,
+    address: str,
+    reconnect_timeout: float,
+    ready_file: Path | None,
+    log_level: str,
+) -> None:
+    """Run a worker: register with the server and run the build actions it leases."""
+    from rbs.executor.worker import WorkerConfig, WorkerError
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = WorkerConfig(
+            server=server,
+            work_dir=work_dir or _rbs_home() / "worker",
+            token=os.environ.get("RBS_REMOTE_TOKEN") or None,
+            name=name,
+            address=address,
+            cpus=cpus,
+            memory_bytes=int(memory_gb * (1 << 30)) if memory_gb is not None else None,
+            gpu_ids=_parse_gpus(gpus),
+            build_slots=build_slots,
+            job_slots=job_slots,
+            reconnect_timeout_s=reconnect_timeout,
+        )
+        asyncio.run(_run_worker(config, ready_file))
+    except (ValueError, WorkerError, OSError) as e:
+        raise click.ClickException(str(e)) from None
+
+
+async def _run_worker(config: Any, ready_file: Path | None) -> None:
+    from rbs.executor.worker import Worker
+
+    w = Worker(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, w.stop)
+    task = asyncio.create_task(w.run())
+    connected = asyncio.create_task(w.connected.wait())
+    await asyncio.wait({task, connected}, return_when=asyncio.FIRST_COMPLETED)
+    if connected.done():
+        r = w.register
+        click.echo(
+            f"rbs remote worker: {r.worker_id} registered with {config.server} "
+            f"({r.cpus} cpus, {r.memory_bytes / (1 << 30):.1f} GiB, "
+            f"{r.build_slots} build slots, {r.job_slots} job slots)"
+        )
+        sys.stdout.flush()
+        if ready_file is not None:
+            tmp = ready_file.with_name(f".{ready_file.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"worker_id": r.worker_id, "pid": os.getpid()}))
+            os.replace(tmp, ready_file)
+    else:
+        connected.cancel()
+    try:
+        await task
+    finally:
+        if ready_file is not None and ready_file.exists():
+            ready_file.unlink()
+
+
+@click.command()
+@_server_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+def status(server: str, as_json: bool) -> None:
+    """Show workers (resources, slots, last heartbeat), queue depth, running actions, jobs."""
+    import grpc
+    from google.protobuf import json_format
+
+    from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
+    from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
+    from rbs.remote.auth import auth_metadata, token_from_env
+    from rbs.remote.client import connect
+
+    try:
+        channel = connect(server)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    try:
+        reply = w_grpc.WorkersStub(channel).Status(
+            w_pb2.StatusRequest(), metadata=auth_metadata(token_from_env()), timeout=10
+        )
+    except grpc.RpcError as e:
+        code = e.code() if isinstance(e, grpc.Call) else grpc.StatusCode.UNKNOWN
+        hint = {
+            grpc.StatusCode.UNAVAILABLE: " (is `rbs remote serve` running there?)",
+            grpc.StatusCode.UNAUTHENTICATED: " (set RBS_REMOTE_TOKEN to the server's token)",
+            grpc.StatusCode.UNIMPLEMENTED: " (the server does not run remote execution)",
+        }.get(code, "")
+        details = e.details() if isinstance(e, grpc.Call) else str(e)
+        raise click.ClickException(f"cannot get status from {server}: {details}{hint}") from None
+    finally:
+        channel.close()
+    if as_json:
+        data = json_format.MessageToDict(
+            reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    _print_status(reply)
+
+
+def _print_status(reply: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    now = reply.now.ToDatetime()
+    table = Table(title=f"{len(reply.workers)} worker(s)")
+    for col in (
+        "worker",
+        "state",
+        "cpus",
+        "memory",
+        "gpus",
+        "build slots",
+        "job slots",
+        "heartbeat",
+    ):
+        table.add_column(col)
+    for w in reply.workers:
+        age = (now - w.last_heartbeat.ToDatetime()).total_seconds()
+        table.add_row(
+            f"{w.name} ({w.worker_id})" if w.name and w.name != w.worker_id else w.worker_id,
+            w.state,
+            str(w.cpus),
+            f"{w.memory_bytes / (1 << 30):.1f} GiB",
+            ",".join(w.gpu_ids) or "-",
+            f"{w.build_slots_used}/{w.build_slots} used",
+            f"{w.job_slots_used}/{w.job_slots} used",
+            f"{age:.0f}s ago",
+        )
+    console = Console()
+    console.print(table)
+    console.print(
+        f"actions: {reply.queued_actions} queued, {reply.running_actions} running", highlight=False
+    )
+    order = {s: i for i, s in enumerate(_JOB_STATES)}
+    states = sorted(reply.jobs_by_state.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))
+    jobs = ", ".join(f"{k} {v}" for k, v in states)
+    console.print(f"jobs: {jobs}", highlight=False)
