@@ -23,6 +23,7 @@ from rbs.cas.errors import BlobNotFound, CorruptBlob
 from rbs.cas.store import BlobStore
 from rbs.model import Digest, DigestFunction
 from rbs.remote.ac_store import ActionResultStore
+from rbs.remote.cas_service import get_message
 from rbs.remote.convert import (
     action_result_digests,
     digest_from_proto,
@@ -61,7 +62,7 @@ class ActionCache:
                 continue
             tree_digest = digest_from_proto(d.tree_digest, fn, f"output directory {d.path!r}")
             try:
-                tree = self.store.get_message(tree_digest, re_pb2.Tree())
+                tree = get_message(self.store, tree_digest, re_pb2.Tree(), f"tree of {d.path!r}")
             except (BlobNotFound, CorruptBlob):
                 return [tree_digest]
             inner.extend(tree_file_digests(tree, fn))

@@ -13,10 +13,11 @@ import asyncio
 import io
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import zstandard
+from google.protobuf.message import DecodeError, Message
 from google.rpc import status_pb2
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
@@ -36,6 +37,7 @@ _INLINE_BYTES = 64 << 10
 _DEFAULT_TREE_PAGE = 1000
 _C = re_pb2.Compressor
 _OK = status_pb2.Status(code=0)
+M = TypeVar("M", bound=Message)
 
 
 def decompress_exact(data: bytes, digest: Digest) -> bytes:
@@ -58,6 +60,16 @@ def decompress_exact(data: bytes, digest: Digest) -> bytes:
             f"{'more than ' if len(out) > digest.size else ''}{len(out)} bytes, not {digest.size}"
         )
     return bytes(out)
+
+
+def get_message(store: BlobStore, digest: Digest, msg: M, what: str) -> M:
+    """Read and parse a stored message; a blob of another kind is InvalidRequest."""
+    try:
+        return store.get_message(digest, msg)
+    except DecodeError:
+        raise InvalidRequest(
+            f"{what} {digest} is not a {type(msg).__name__} message; pass the digest of one"
+        ) from None
 
 
 class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[misc]
@@ -210,7 +222,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         missing root is an error.
         """
         try:
-            first = self.store.get_message(root, re_pb2.Directory())
+            first = get_message(self.store, root, re_pb2.Directory(), "tree root")
         except (BlobNotFound, CorruptBlob):
             raise NotFound(f"tree root directory {root} is not in the CAS") from None
         queue = [first]
@@ -223,7 +235,11 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
                     continue
                 seen.add(child)
                 try:
-                    queue.append(self.store.get_message(child, re_pb2.Directory()))
+                    queue.append(
+                        get_message(
+                            self.store, child, re_pb2.Directory(), f"directory {node.name!r}"
+                        )
+                    )
                 except (BlobNotFound, CorruptBlob):
                     log.info("GetTree %s: subdirectory %s is not in the CAS", root, child)
             i += 1

@@ -13,6 +13,10 @@ logged with its traceback and answered INTERNAL, and the server keeps serving. B
 RPCs that report one status per item use `status_of(exc)` so per-item and whole-call
 errors are mapped by the same table.
 
+`DecodingInterceptor` extends the same mapping to bytes that are not a valid message
+of the method's request type: gRPC itself would answer UNKNOWN and log a traceback;
+rbs answers INVALID_ARGUMENT naming the method.
+
 Errors that carry `google.rpc` details (`MissingBlobs` -> `PreconditionFailure`) send
 them in the standard `grpc-status-details-bin` trailer, which REAPI clients read to
 learn which blobs to upload.
@@ -23,10 +27,11 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar, cast
 
 import grpc
+from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 
 from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, InvalidTree, StoreFull
@@ -186,3 +191,78 @@ def rpc_errors(method: F) -> F:
             await _handle(context, name, exc)
 
     return cast(F, unary)
+
+
+class DecodingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Decodes requests inside the call, so undecodable bytes are INVALID_ARGUMENT."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        return _decoding_handler(handler, handler_call_details.method)
+
+
+def _decoding_handler(handler: Any, method: str) -> Any:
+    deserialize = handler.request_deserializer
+    serialize = handler.response_serializer
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError as e:
+            raise InvalidRequest(
+                f"the request to {method} is not a valid protobuf message of its type: {e}"
+            ) from None
+
+    if handler.request_streaming:
+        inner = handler.stream_unary or handler.stream_stream
+
+        async def requests(raw: AsyncIterator[bytes]) -> AsyncIterator[Any]:
+            async for data in raw:
+                yield decode(data)
+
+        if handler.stream_unary is not None:
+
+            async def stream_unary(raw: AsyncIterator[bytes], context: Any) -> Any:
+                return await inner(requests(raw), context)
+
+            return grpc.stream_unary_rpc_method_handler(stream_unary, response_serializer=serialize)
+        if not inspect.isasyncgenfunction(inner):
+            return handler
+
+        async def stream_stream(raw: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
+            async for item in inner(requests(raw), context):
+                yield item
+
+        return grpc.stream_stream_rpc_method_handler(stream_stream, response_serializer=serialize)
+
+    if handler.unary_stream is not None:
+        unary_stream_inner = handler.unary_stream
+        if not inspect.isasyncgenfunction(unary_stream_inner):
+            return handler
+
+        async def unary_stream(data: bytes, context: Any) -> AsyncIterator[Any]:
+            try:
+                request = decode(data)
+            except InvalidRequest as exc:
+                await abort_with(context, exc)
+            async for item in unary_stream_inner(request, context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, response_serializer=serialize)
+
+    unary_inner = handler.unary_unary
+
+    async def unary_unary(data: bytes, context: Any) -> Any:
+        try:
+            request = decode(data)
+        except InvalidRequest as exc:
+            await abort_with(context, exc)
+        return await unary_inner(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(unary_unary, response_serializer=serialize)

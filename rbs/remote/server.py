@@ -47,6 +47,7 @@ from rbs.remote.bytestream import ByteStreamServicer
 from rbs.remote.capabilities import CapabilitiesServicer, server_capabilities
 from rbs.remote.cas_service import CasServicer
 from rbs.remote.config import Config
+from rbs.remote.errors import DecodingInterceptor
 from rbs.remote.exec_setup import execution_services
 from rbs.remote.instances import Instances
 
@@ -196,7 +197,9 @@ async def start_server(
     data_dir = config.server.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     token = read_token_file(config.server.token_file) if config.server.token_file else None
-    interceptors = [BearerTokenInterceptor(token)] if token else []
+    interceptors: list[grpc.aio.ServerInterceptor] = [DecodingInterceptor()]  # type: ignore[type-arg]
+    if token:
+        interceptors.insert(0, BearerTokenInterceptor(token))
     server = grpc.aio.server(interceptors=interceptors, options=_server_options(config))
     cas = store if store is not None else open_store(config)
     results = ActionResultStore(data_dir / "action_cache.db")
