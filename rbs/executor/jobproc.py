@@ -6,7 +6,7 @@ cgroup(s), then releases it and the shim execs the job. So the job never runs a
 single instruction outside its cgroup, and no Python runs between fork and exec
 (`preexec_fn` is unsafe in a threaded worker).
 
-How it is supervised: one thread runs `JobRunner.run()`, a select loop over the
+How it is supervised: one thread runs `JobRunner.run()`, a poll loop over the
 job's stdout and stderr pipes, a pidfd that turns readable when the job exits, and a
 wake-up pipe that `kill()` writes to from any thread. Each read is split into lines,
 spooled, then handed to the sink. On a time limit, cancel or peer ending, the whole
@@ -109,12 +109,19 @@ class JobRunner:
                 fut.set_result(result)
 
         def target() -> None:
+            outcome: JobOutcome | None = None
+            error: BaseException | None = None
             try:
                 outcome = self.run()
             except BaseException as e:
-                loop.call_soon_threadsafe(settle, None, e)
-            else:
-                loop.call_soon_threadsafe(settle, outcome, None)
+                error = e
+            try:
+                loop.call_soon_threadsafe(settle, outcome, error)
+            except RuntimeError:  # the loop is closed; `outcome` and `finished` still tell
+                if error is not None:
+                    log.error(
+                        "job %s failed after its event loop closed", self.spec.key, exc_info=error
+                    )
 
         threading.Thread(target=target, name=f"job-{self.spec.key}", daemon=True).start()
         try:
