@@ -144,6 +144,7 @@ def run_build(
         listener=options.listener,
     )
     report = executor.run(graph, indices)
+    report.hashed = state.stats.hashed
     result = BuildResult(
         labels=labels, graph=graph, report=report, analysis_cached=cached, root=root
     )

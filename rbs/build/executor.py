@@ -46,6 +46,7 @@ class Report:
     executed: int = 0
     cache_hits: int = 0
     memo_hits: int = 0
+    hashed: int = 0  # source files whose content was hashed (stat data changed)
     failures: list[Failure] = field(default_factory=list)
     tests: dict[int, tuple[int, bool, bytes]] = field(
         default_factory=dict
