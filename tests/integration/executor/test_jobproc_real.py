@@ -199,6 +199,19 @@ def test_oom_of_a_child_counts_even_if_the_script_exits_0(
     assert "carried on" in job.texts(Stream.OUT)
 
 
+def test_pids_limit_stops_forks(tmp_path: Path, backend: CgroupBackend) -> None:
+    bases = getattr(backend.v1 if isinstance(backend, HybridBackend) else backend, "bases", {})
+    if "pids" not in bases:
+        pytest.skip(f"{backend.describe()} has no pids controller")
+    script = "for i in 1 2 3 4 5 6 7 8; do sleep 30 & done; echo done"
+    job = Job(tmp_path, backend, script, pids_max=4)
+    outcome = job.run()
+    # dash gives up on the script when a fork fails.
+    assert (outcome.state, outcome.exit_code) == (RunState.FAILED, 2)
+    assert job.texts(Stream.OUT) == []
+    assert any("fork" in t.lower() for t in job.texts(Stream.ERR)), job.texts(Stream.ERR)
+
+
 def test_limits_are_visible_inside_the_job(tmp_path: Path, backend: CgroupBackend) -> None:
     if not isinstance(backend, HybridBackend) and backend.name != "v1":
         pytest.skip("reads v1 control files from inside the job")
