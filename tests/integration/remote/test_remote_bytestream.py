@@ -230,15 +230,15 @@ def test_data_after_finish_is_ignored_once_committed(
     [
         "",
         "blobs",
-        f"uploads/{uuid.uuid4()}/blobs/{'a' * 64}",
-        f"uploads/{uuid.uuid4()}/blobs/{'a' * 64}/-1",
-        f"uploads/{uuid.uuid4()}/blobs/{'a' * 64}/ten",
-        f"uploads/{uuid.uuid4()}/blobs/{'a' * 40}/10",
-        f"uploads/{uuid.uuid4()}/blobs/sha256tree/{'a' * 64}/10",
-        f"uploads/{uuid.uuid4()}/compressed-blobs/brotli/{'a' * 64}/10",
+        f"uploads/0f1e-upload/blobs/{'a' * 64}",
+        f"uploads/0f1e-upload/blobs/{'a' * 64}/-1",
+        f"uploads/0f1e-upload/blobs/{'a' * 64}/ten",
+        f"uploads/0f1e-upload/blobs/{'a' * 40}/10",
+        f"uploads/0f1e-upload/blobs/sha256tree/{'a' * 64}/10",
+        f"uploads/0f1e-upload/compressed-blobs/brotli/{'a' * 64}/10",
         f"uploads//blobs/{'a' * 64}/10",
         f"blobs/{'a' * 64}/10",
-        f"other/uploads/{uuid.uuid4()}/blobs/{'a' * 64}/10",
+        f"other/uploads/0f1e-upload/blobs/{'a' * 64}/10",
     ],
 )
 def test_malformed_write_names(server: ServerThread, channel: grpc.Channel, name: str) -> None:

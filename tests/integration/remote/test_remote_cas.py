@@ -17,6 +17,7 @@ from rbs.cas.disk import DiskStore
 from rbs.model import Digest, DigestFunction
 from rbs.remote.client import connect
 from rbs.remote.convert import digest_to_proto
+from rbs.remote.server import EXECUTION, SERVICES
 
 DF = re_pb2.DigestFunction
 SHA = DigestFunction.SHA256
@@ -43,8 +44,8 @@ def test_capabilities(channel: grpc.Channel) -> None:
     ec = caps.execution_capabilities
     assert ec.digest_function == DF.SHA256
     assert list(ec.digest_functions) == [DF.SHA256, DF.BLAKE3]
-    # No Execution service is registered in the cache-only server.
-    assert not ec.exec_enabled
+    # Execution is advertised exactly when an Execution service is registered.
+    assert ec.exec_enabled == (EXECUTION in {s.name for s in SERVICES})
 
 
 def test_find_missing_mixed_functions(server: ServerThread, channel: grpc.Channel) -> None:

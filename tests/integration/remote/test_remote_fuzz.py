@@ -15,13 +15,10 @@ from remote_harness import ServerThread
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.google.bytestream import bytestream_pb2 as bs_pb2
 from rbs.model import Digest, DigestFunction
+from rbs.remote.server import SERVICES as server_services
 
-SERVICES = [
-    re_pb2.DESCRIPTOR.services_by_name["Capabilities"],
-    re_pb2.DESCRIPTOR.services_by_name["ContentAddressableStorage"],
-    re_pb2.DESCRIPTOR.services_by_name["ActionCache"],
-    bs_pb2.DESCRIPTOR.services_by_name["ByteStream"],
-]
+# Every service the server hosts, REAPI and rbs's own alike.
+SERVICES = [descriptor_pool.Default().FindServiceByName(s.name) for s in server_services]
 METHODS = [(s, m) for s in SERVICES for m in s.methods]
 PAYLOADS_PER_METHOD = 40
 # Statuses a well-behaved server may answer garbage with: never INTERNAL or UNKNOWN.
@@ -100,6 +97,9 @@ def _payloads(rng: random.Random, sample: bytes) -> list[bytes]:
 
 
 def _caller(ch: grpc.Channel, path: str, cs: bool, ss: bool) -> Callable[[bytes], None]:
+    if cs and ss:
+        s = ch.stream_stream(path)
+        return lambda b: list(s(iter([b, b]), timeout=20))  # type: ignore[func-returns-value]
     if cs and not ss:
         f = ch.stream_unary(path)
         return lambda b: f(iter([b, b]), timeout=20)
