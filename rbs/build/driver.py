@@ -108,7 +108,12 @@ def run_build(
     mode: str = "build",
 ) -> BuildResult:
     """Build (mode "build"), or build and test (mode "test"), the targets of `patterns`."""
+    from rbs.build.labels import parse_pattern
+
     state = BuildState.load(root)
+    # Absolute patterns name the same targets from any folder: key the request on them.
+    patterns = [str(parse_pattern(p, cwd_package=cwd_package)) for p in patterns]
+    cwd_package = ""
     request = request_key(patterns, cwd_package, mode)
     # Create the output folders first: adding them later would change the workspace
     # root's stat data, which the cached analysis depends on.
