@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import enum
-import hashlib
 import re
 from dataclasses import dataclass
 from typing import Protocol
-
-import blake3
 
 
 class Hasher(Protocol):
@@ -26,8 +23,13 @@ class DigestFunction(enum.Enum):
 
     def hasher(self) -> Hasher:
         if self is DigestFunction.BLAKE3:
+            # Imported here: the job CLI imports this module and must start fast.
+            import blake3
+
             h: Hasher = blake3.blake3()
             return h
+        import hashlib
+
         return hashlib.sha256()
 
     @classmethod

@@ -22,7 +22,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "query": ("rbs.cli.build", "query", "List targets and their dependencies."),
     "clean": ("rbs.cli.build", "clean", "Delete build outputs (rbs-out/) and state."),
 }
-FAST_COMMANDS: dict[str, tuple[str, str, str]] = {}
+FAST_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "job": ("rbs.cli.job", "main", "Submit and manage batch jobs on the cluster."),
+}
 
 
 def main() -> None:

@@ -23,16 +23,17 @@ def remote() -> None:
 def _write_ready_file(path: Path, port: int, data_dir: Path) -> None:
     # Written to a temp name and renamed, so a reader never sees a half-written file.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"port": port, "pid": os.getpid(), "data_dir": str(data_dir)}))
+    info = {"port": port, "http_port": port + 1, "pid": os.getpid(), "data_dir": str(data_dir)}
+    tmp.write_text(json.dumps(info))
     os.replace(tmp, path)
 
 
 async def _serve(config: object, ready_file: Path | None) -> None:
+    from rbs.remote.cluster import start_cluster
     from rbs.remote.config import Config
-    from rbs.remote.server import start_server
 
     assert isinstance(config, Config)
-    running = await start_server(config)
+    running = await start_cluster(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -40,7 +41,7 @@ async def _serve(config: object, ready_file: Path | None) -> None:
     auth = "token required" if config.server.token_file else "no auth"
     click.echo(
         f"rbs remote: serving on {config.server.host}:{running.port} "
-        f"(data dir {config.server.data_dir}, {auth})"
+        f"(jobs API on port {running.http_port}; data dir {config.server.data_dir}, {auth})"
     )
     sys.stdout.flush()
     if ready_file is not None:
@@ -122,6 +123,21 @@ def serve(
         asyncio.run(_serve(config, ready_file))
     except (ConfigError, TokenError, OSError) as e:
         raise click.ClickException(str(e)) from None
+
+
+@remote.command()
+def down() -> None:
+    """Stop the local cluster that job commands start under $RBS_HOME."""
+    from rbs.jobs.local import down as stop_local
+    from rbs.jobs.local import local_root
+
+    pids = stop_local()
+    if pids:
+        click.echo(
+            f"stopped the local cluster under {local_root()} (pids {', '.join(map(str, pids))})"
+        )
+    else:
+        click.echo(f"no local cluster is running under {local_root()}")
 
 
 # Commands defined in other modules join the group here, one line each, e.g.

@@ -11,7 +11,7 @@ import json
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 
 class HttpError(Exception):
@@ -102,7 +102,7 @@ class HttpConnection:
 
     def _read_exact(self, n: int) -> bytes:
         while len(self._buf) < n:
-            self._buf += self._read_more()
+            self._buf += self._read_more() if len(self._buf) < n else b""
         out, self._buf = self._buf[:n], self._buf[n:]
         return out
 
@@ -128,9 +128,11 @@ class HttpConnection:
                 yield self._read_exact(size)
                 self._read_exact(2)
         else:
-            n = int(headers.get("content-length", "0"))
-            if n:
-                yield self._read_exact(n)
+            left = int(headers.get("content-length", "0"))
+            while left > 0:
+                piece = self._read_exact(min(left, 1 << 20))
+                left -= len(piece)
+                yield piece
 
     def _finish(self, headers: dict[str, str]) -> None:
         if headers.get("connection", "").lower() == "close":
@@ -163,6 +165,47 @@ class HttpConnection:
         if status >= 300:
             raise _error(resp)
         return resp
+
+    def upload_file(self, path: str, file_path: str, size: int) -> Response:
+        """PUT a file as the body with sendfile(2): constant memory for any size."""
+        head = [
+            f"PUT {path} HTTP/1.1",
+            f"Host: {self.host}:{self.port}",
+            "Content-Type: application/octet-stream",
+            f"Content-Length: {size}",
+        ]
+        if self.token:
+            head.append(f"Authorization: Bearer {self.token}")
+        sock = self._sock or self._connect()
+        try:
+            sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+            with open(file_path, "rb") as f:
+                sock.sendfile(f)
+            status, headers = self._read_head()
+            payload = b"".join(self._chunks(headers))
+        except (OSError, ConnectionError) as e:
+            self.close()
+            raise ConnectError(f"lost the connection to {self.host}:{self.port}: {e}") from None
+        self._finish(headers)
+        resp = Response(status=status, headers=headers, body=payload)
+        if status >= 300:
+            raise _error(resp)
+        return resp
+
+    def download(self, path: str, out: BinaryIO) -> int:
+        """GET `path` and write the body to `out` as it arrives; returns bytes written."""
+        self._send("GET", path, None, "")
+        status, headers = self._read_head()
+        if status >= 300:
+            payload = b"".join(self._chunks(headers))
+            self.close()
+            raise _error(Response(status=status, headers=headers, body=payload))
+        n = 0
+        for chunk in self._chunks(headers):
+            out.write(chunk)
+            n += len(chunk)
+        self._finish(headers)
+        return n
 
     def stream_lines(self, path: str) -> Iterator[bytes]:
         """GET `path` and yield each line of a streamed (chunked) body as it arrives."""

@@ -14,6 +14,13 @@ flags override the file:
     max_size = "50G"            # evict least recently used blobs above this
     max_batch_size = "4M"       # the batch limit advertised to clients
 
+    [jobs]                      # the job scheduler (rbs.scheduler.config)
+    heartbeat_timeout = 30
+    queues = [
+      { name = "batch" },
+      { name = "gpu", priority_weight = 100, default_time = "1h", max_time = "1d" },
+    ]
+
 Unknown tables and keys are errors (a typo must not silently fall back to a default).
 New concerns add a table: a dataclass here, a field on `Config`, and a line in
 `_SECTIONS`.
@@ -27,6 +34,9 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from rbs.scheduler.config import SchedulerConfig, load_scheduler_config
+from rbs.scheduler.specs import SpecError
 
 DEFAULT_PORT = 8980
 DEFAULT_BATCH_SIZE = 4 << 20
@@ -109,6 +119,7 @@ class Config:
 
     server: ServerConfig = field(default_factory=ServerConfig)
     cas: CasConfig = field(default_factory=CasConfig)
+    jobs: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
 _RESERVED_SEGMENTS = frozenset(
@@ -175,10 +186,19 @@ def load_config(path: Path | None = None) -> Config:
 def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
     sections: dict[str, Any] = {}
     for name, table in data.items():
+        if name == "jobs":
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: [jobs] must be a table")
+            try:
+                sections["jobs"] = load_scheduler_config(table)
+            except (SpecError, ValueError, TypeError) as e:
+                raise ConfigError(f"{source}: [jobs] {e}") from None
+            continue
         cls = _SECTIONS.get(name)
         if cls is None:
             raise ConfigError(
-                f"{source}: unknown table [{name}]; known tables: {', '.join(sorted(_SECTIONS))}"
+                f"{source}: unknown table [{name}]; known tables: "
+                f"{', '.join(sorted([*_SECTIONS, 'jobs']))}"
             )
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: [{name}] must be a table")

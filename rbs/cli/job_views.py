@@ -1,0 +1,173 @@
+"""Tables for people: how `rbs job list/show/queues` print (rich, imported only here)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from rbs.jobs.client import JobInfo
+
+_STATE_STYLE = {
+    "PENDING": "yellow",
+    "RUNNING": "cyan",
+    "COMPLETED": "green",
+    "FAILED": "red",
+    "CANCELLED": "magenta",
+    "TIMEOUT": "red",
+    "OUT_OF_MEMORY": "red",
+    "NODE_FAIL": "red",
+    "PREEMPTED": "magenta",
+}
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _state(info: Mapping[str, Any]) -> str:
+    state = str(info["state"])
+    return f"[{_STATE_STYLE.get(state, '')}]{state}[/]"
+
+
+def print_list(jobs: Sequence[JobInfo]) -> None:
+    console = Console()
+    if not jobs:
+        console.print("no jobs")
+        return
+    t = Table(box=None, header_style="bold")
+    for col in (
+        "ID",
+        "NAME",
+        "QUEUE",
+        "STATE",
+        "REASON",
+        "PRIO",
+        "CPU",
+        "MEM",
+        "GPU",
+        "WORKER",
+        "SUBMITTED",
+    ):
+        t.add_column(col)
+    for j in jobs:
+        r = j.raw
+        res = r.get("resources", {})
+        t.add_row(
+            j.job_id,
+            j.name,
+            j.queue,
+            _state(r),
+            j.reason or "",
+            str(r.get("priority", {}).get("total", "")),
+            str(res.get("cpu", "")),
+            str(res.get("memory", "")),
+            str(res.get("gpus", "")),
+            ",".join(r.get("workers", [])),
+            _when(r.get("submit_time")),
+        )
+    console.print(t)
+
+
+def print_show(info: JobInfo) -> None:
+    r = info.raw
+    console = Console()
+    t = Table(box=None, show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    prov: Mapping[str, str] = r.get("provenance", {})
+
+    def row(label: str, value: Any, field: str | None = None) -> None:
+        src = f"  [dim]({prov[field]})[/]" if field and field in prov else ""
+        t.add_row(label, f"{value}{src}")
+
+    row("Job", f"{info.job_id} ({info.name})", "name")
+    row("State", _state(r) + (f"  reason: {info.reason}" if info.reason else ""))
+    m = r.get("manifest", {})
+    row("Command", " ".join(m.get("command", [])), "command")
+    row("Queue", info.queue, "queue")
+    p = r.get("priority", {})
+    row(
+        "Priority",
+        f"{p.get('total')} = base {p.get('base')} + queue {p.get('queue_weight')} "
+        f"+ age {p.get('age_bonus')}",
+        "priority",
+    )
+    res = r.get("resources", {})
+    row("CPUs", res.get("cpu"), "resources.cpu")
+    row("Memory", res.get("memory"), "resources.memory")
+    row("GPUs", res.get("gpus"), "resources.gpus")
+    row("Time limit", r.get("time_limit") or "none", "time_limit")
+    if m.get("nodes", 1) != 1 or m.get("elastic"):
+        row("Nodes", m.get("nodes"), "nodes")
+    if r.get("dependencies"):
+        row(
+            "Dependencies",
+            ", ".join(f"{d['dep']} ({d['state']})" for d in r["dependencies"]),
+            "dependencies",
+        )
+    if r.get("array"):
+        a = r["array"]
+        done = ", ".join(f"{k} {v}" for k, v in a.get("finished", {}).items()) or "none"
+        row(
+            "Array",
+            f"{a['spec']}: {a['total']} tasks, {a['pending']} pending, "
+            f"{a['running']} running, finished: {done}",
+            "array",
+        )
+    row("Attempts", r.get("attempts", 0))
+    if m.get("max_retries"):
+        row("Max retries", m["max_retries"], "max_retries")
+    if m.get("input_root"):
+        row("Inputs", m["input_root"], "input_root")
+    if m.get("outputs"):
+        row("Outputs", ", ".join(m["outputs"]), "outputs")
+    if m.get("env"):
+        row(
+            "Env",
+            " ".join(f"{k}={v}" for k, v in m["env"].items())
+            if isinstance(m["env"], dict)
+            else m["env"],
+            "env",
+        )
+    row("Workers", ", ".join(r.get("workers", [])) or "-")
+    if r.get("exit_code") is not None or r.get("signal"):
+        sig = f" (signal {r['signal']})" if r.get("signal") else ""
+        row("Exit code", f"{r.get('exit_code')}{sig}")
+    if r.get("peak_memory_bytes") is not None:
+        row(
+            "Peak memory",
+            f"{r['peak_memory_bytes'] / 2**20:.1f} MiB" + ("  OOM-killed" if r.get("oom") else ""),
+        )
+    row("Submitted", _when(r.get("submit_time")))
+    row("Started", _when(r.get("start_time")))
+    row("Ended", _when(r.get("end_time")))
+    console.print(t)
+
+
+def print_queues(queues: Sequence[Mapping[str, Any]]) -> None:
+    t = Table(box=None, header_style="bold")
+    for col in (
+        "QUEUE",
+        "WEIGHT",
+        "DEFAULT TIME",
+        "MAX TIME",
+        "PENDING",
+        "RUNNING",
+        "TASKS PEND/RUN",
+    ):
+        t.add_column(col)
+    for q in queues:
+        t.add_row(
+            q["name"],
+            str(q["priority_weight"]),
+            q.get("default_time_limit") or "none",
+            q.get("max_time_limit") or "none",
+            str(q["pending_jobs"]),
+            str(q["running_jobs"]),
+            f"{q['pending_tasks']}/{q['running_tasks']}",
+        )
+    Console().print(t)
