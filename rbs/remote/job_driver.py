@@ -23,7 +23,12 @@ from typing import Any
 
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs.model import Digest, JobManifest, JobState
-from rbs.remote.convert import digest_to_proto, function_to_proto
+from rbs.remote.convert import (
+    digest_from_proto,
+    digest_to_proto,
+    function_from_proto,
+    function_to_proto,
+)
 from rbs.remote.dispatch import WorkerInfo, WorkerState
 from rbs.remote.job_logs import IncomingLine, JobLogs
 from rbs.remote.workers_service import WorkerHub
@@ -71,6 +76,11 @@ class _Outputs:
             "CREATE TABLE IF NOT EXISTS outputs (job_id INTEGER, task INTEGER, attempt INTEGER, "
             "digest TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (job_id, task, attempt))"
         )
+        # The newest checkpoint of each task, restored into its next attempt.
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS checkpoints (job_id INTEGER, task INTEGER, "
+            "attempt INTEGER, digest TEXT NOT NULL, PRIMARY KEY (job_id, task))"
+        )
 
     def record(self, run: RunRef, digest: Digest) -> None:
         self._db.execute(
@@ -83,6 +93,19 @@ class _Outputs:
                 time.time(),
             ),
         )
+
+    def record_checkpoint(self, run: RunRef, digest: Digest) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?)",
+            (run.job_id, -1 if run.index is None else run.index, run.attempt, str(digest)),
+        )
+
+    def checkpoint(self, job_id: int, index: int | None) -> Digest | None:
+        row = self._db.execute(
+            "SELECT digest FROM checkpoints WHERE job_id = ? AND task = ?",
+            (job_id, -1 if index is None else index),
+        ).fetchone()
+        return Digest.parse(row[0]) if row else None
 
     def latest(self, job_id: int) -> list[dict[str, Any]]:
         rows = self._db.execute(
@@ -231,6 +254,11 @@ class JobDriver:
         if m.input_root is not None:
             lease.input_root_digest.CopyFrom(digest_to_proto(m.input_root))
             lease.digest_function = function_to_proto(m.input_root.function)
+        if m.checkpoint_dir and ins.run.attempt > 1:
+            ckpt = self.outputs.checkpoint(ins.run.job_id, ins.run.index)
+            if ckpt is not None:
+                lease.checkpoint_digest.CopyFrom(digest_to_proto(ckpt))
+                lease.digest_function = function_to_proto(ckpt.function)
         self._slots.setdefault(ins.worker_id, set()).add(ins.lease_id)
         self._leases[ins.lease_id] = ins
         if not self.hub.send(ins.worker_id, w_pb2.ServerMessage(job_lease=lease)):
@@ -282,11 +310,13 @@ class JobDriver:
         elif kind == "job_finished":
             fin = message.job_finished
             run = RunRef.parse_lease(fin.lease_id)
+            fn = function_from_proto(fin.digest_function)
             if fin.HasField("output_tree_digest") and fin.output_tree_digest.hash:
-                from rbs.remote.convert import digest_from_proto, function_from_proto
-
-                fn = function_from_proto(fin.digest_function)
                 self.outputs.record(run, digest_from_proto(fin.output_tree_digest, fn))
+            if fin.HasField("checkpoint_tree_digest") and fin.checkpoint_tree_digest.hash:
+                self.outputs.record_checkpoint(
+                    run, digest_from_proto(fin.checkpoint_tree_digest, fn)
+                )
             self._post(
                 TaskExited(
                     run=run,
@@ -317,6 +347,7 @@ class JobDriver:
                     task_index=ll.task_index,
                     attempt=ll.attempt,
                     log_seq=max(x.wseq for x in lines),
+                    lease_id=ll.lease_id,
                 )
                 self.hub.send(worker_id, w_pb2.ServerMessage(ack=ack))
 
