@@ -170,7 +170,6 @@ async def _run_worker(config: Any, ready_file: Path | None) -> None:
 def status(server: str, as_json: bool) -> None:
     """Show workers (resources, slots, last heartbeat), queue depth, running actions, jobs."""
     import grpc
-    from google.protobuf import json_format
 
     from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
     from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
@@ -197,10 +196,7 @@ def status(server: str, as_json: bool) -> None:
     finally:
         channel.close()
     if as_json:
-        data = json_format.MessageToDict(
-            reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-        )
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        click.echo(json.dumps(_status_dict(reply), indent=2, sort_keys=True))
         return
     _print_status(reply)
 
@@ -243,3 +239,32 @@ def _print_status(reply: Any) -> None:
     states = sorted(reply.jobs_by_state.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))
     jobs = ", ".join(f"{k} {v}" for k, v in states)
     console.print(f"jobs: {jobs}", highlight=False)
+
+
+def _status_dict(reply: Any) -> dict[str, Any]:
+    """The reply as plain JSON types (proto JSON would print int64 values as strings)."""
+    return {
+        "now": reply.now.ToJsonString(),
+        "queued_actions": reply.queued_actions,
+        "running_actions": reply.running_actions,
+        "jobs_by_state": dict(reply.jobs_by_state),
+        "workers": [
+            {
+                "worker_id": w.worker_id,
+                "name": w.name,
+                "hostname": w.hostname,
+                "address": w.address,
+                "state": w.state,
+                "cpus": w.cpus,
+                "memory_bytes": w.memory_bytes,
+                "gpu_ids": list(w.gpu_ids),
+                "build_slots": w.build_slots,
+                "build_slots_used": w.build_slots_used,
+                "job_slots": w.job_slots,
+                "job_slots_used": w.job_slots_used,
+                "last_heartbeat": w.last_heartbeat.ToJsonString(),
+                "version": w.version,
+            }
+            for w in reply.workers
+        ],
+    }

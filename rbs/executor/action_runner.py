@@ -168,6 +168,22 @@ class ActionRunner:
             )
         return ActionOutcome(code=code_pb2.OK, result=result)
 
+    def clean_leftovers(self) -> int:
+        """Kill process groups and remove sandboxes left by a crashed earlier run."""
+        if not self._sandboxes.is_dir():
+            return 0
+        n = 0
+        for path in sorted(self._sandboxes.iterdir()):
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                pgid = int((path / "pgid").read_text())
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+            Sandbox(path=path).remove()
+            n += 1
+        if n:
+            log.info("removed %d sandbox(es) left by an earlier run", n)
+        return n
+
     # ------------------------------------------------------------------ steps
 
     def _load(self, digest: Digest) -> tuple[re_pb2.Action, re_pb2.Command]:
@@ -217,6 +233,8 @@ class ActionRunner:
                     f"rbs: cannot run {argv[0]!r} in {command.working_directory or '.'}: {e.strerror}\n".encode()
                 )
                 return 127, False
+            # Recorded so a worker restarted after a crash can kill what it left behind.
+            (sandbox.path / "pgid").write_text(f"{proc.pid}\n")
             timed_out = False
             try:
                 await asyncio.wait_for(proc.wait(), timeout if timeout > 0 else None)

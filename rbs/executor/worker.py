@@ -188,6 +188,7 @@ class Worker:
 
     async def run(self) -> None:
         target = parse_target(self.config.server)
+        await asyncio.to_thread(self.runner.clean_leftovers)
         backoff = 0.2
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.reconnect_timeout_s

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 
 from rbs.executor.worker import Worker, WorkerConfig
 from rbs.remote.config import Config, ServerConfig
-from rbs.remote.exec_setup import execution_services
+from rbs.remote.exec_setup import WORKERS, execution_services
 from rbs.remote.execution import ExecutionLimits
-from rbs.remote.server import SERVICES, RunningServer, start_server
+from rbs.remote.server import EXECUTION, SERVICES, RunningServer, start_server
 from rbs.remote.workers_service import HubConfig
 
 T = TypeVar("T")
@@ -41,7 +41,9 @@ class Cluster:
                 host="127.0.0.1", port=port, data_dir=data_dir, token_file=token_file
             )
         )
-        self.services = (*SERVICES, *execution_services(hub, limits))
+        # The default services already hold Execution and Workers with default timings.
+        base = tuple(s for s in SERVICES if s.name not in (EXECUTION, WORKERS))
+        self.services = (*base, *execution_services(hub, limits))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
