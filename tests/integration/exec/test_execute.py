@@ -7,7 +7,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from actions import make_action
+from exec_actions import make_action
 from exec_harness import Cluster
 from google.longrunning import operations_pb2
 from google.rpc import code_pb2, error_details_pb2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from actions import make_action
+from exec_actions import make_action
 from exec_harness import Cluster
 from google.rpc import code_pb2
 
@@ -131,8 +132,6 @@ def test_killed_worker_action_reruns_on_another(
     assert view[busy] == "LOST" and view[other] == "CONNECTED"
     # The killed worker's orphaned command was started by this test: end it by pid.
     first_pid = int(pids.read_text().split()[0])
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(first_pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     channel.close()

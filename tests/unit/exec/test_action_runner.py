@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from conftest import make_action
+from exec_unit_actions import make_action
 from google.rpc import code_pb2
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
