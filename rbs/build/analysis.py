@@ -556,11 +556,11 @@ class Analyzer:
         pkg = cur.target.label.package
         extra = [parse_label(str(t["_t"])) for t in targets if isinstance(t, dict) and "_t" in t]
 
-        def locate(label_text: str, field: str, many: bool) -> str:
+        def locate(label_text: str, field: str, many: bool, func: str) -> str:
             try:
                 lab = parse_label(label_text, package=pkg)
             except ValueError as e:
-                raise ValueError(f"$(location {label_text}): {e}") from None
+                raise ValueError(f"$({func} {label_text}): {e}") from None
             files: list[File]
             own = [f for f in cur.declared.values() if f.short_path == lab.path]
             if own:
@@ -570,12 +570,12 @@ class Analyzer:
                 files = [info.executable] if info.executable else list(info.files)
             else:
                 raise ValueError(
-                    f"$(location {label_text}): {lab} is not a dependency of {cur.target.label}; "
+                    f"$({func} {label_text}): {lab} is not a dependency of {cur.target.label}; "
                     "add it to srcs, tools or data"
                 )
             if not many and len(files) != 1:
                 raise ValueError(
-                    f"$(location {label_text}) expands to {len(files)} files; use $(locations {label_text})"
+                    f"$({func} {label_text}) expands to {len(files)} files; use $({func}s {label_text})"
                 )
             if field == "rlocation":
                 return " ".join(f"{self.ws_name}/{f.short_path}" for f in files)

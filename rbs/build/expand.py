@@ -19,9 +19,9 @@ _LOCATION_FUNCS = {
 def expand(
     text: str,
     variables: Mapping[str, str],
-    locate: Callable[[str, str, bool], str],
+    locate: Callable[[str, str, bool, str], str],
 ) -> str:
-    """Expand `text`; `locate(label, field, many)` answers the `$(location ...)` family.
+    """Expand `text`; `locate(label, field, many, func)` answers the `$(location ...)` family.
 
     Raises ValueError naming the variable when one is unknown or malformed.
     """
@@ -50,7 +50,7 @@ def expand(
             func, _, arg = body.strip().partition(" ")
             if arg and func in _LOCATION_FUNCS:
                 many, field = _LOCATION_FUNCS[func]
-                out.append(locate(arg.strip(), field, many))
+                out.append(locate(arg.strip(), field, many, func))
                 continue
             if body not in variables:
                 known = ", ".join(f"$({k})" if len(k) > 1 else f"${k}" for k in sorted(variables))

@@ -90,9 +90,17 @@ class LocalRunner(ActionRunner):
     """Runs each action in a fresh sandbox folder that holds only its declared inputs."""
 
     def __init__(
-        self, store: BlobStore, sandbox_root: Path, *, keep_sandboxes: bool = False
+        self,
+        store: BlobStore,
+        sandbox_root: Path,
+        *,
+        exec_root_name: str = "__main__",
+        keep_sandboxes: bool = False,
     ) -> None:
         self.store = store
+        # Bazel's exec root is `.../execroot/<workspace name>`; a command that prints its
+        # working folder sees the same last component here.
+        self.exec_root_name = exec_root_name
         self.sandbox_root = sandbox_root
         self.keep = keep_sandboxes
         sandbox_root.mkdir(parents=True, exist_ok=True)
@@ -106,7 +114,7 @@ class LocalRunner(ActionRunner):
                 shutil.rmtree(box, ignore_errors=True)
 
     def _run(self, action: PreparedAction, box: Path) -> ExecResult:
-        exec_root = box / "execroot"
+        exec_root = box / "execroot" / self.exec_root_name
         materialize(self.store, action.input_root, exec_root, link=True)
         cmd = action.command
         cwd = exec_root / cmd.working_directory if cmd.working_directory else exec_root

@@ -49,7 +49,7 @@ def test_patterns() -> None:
 
 
 def test_make_variables() -> None:
-    def locate(label: str, field: str, many: bool) -> str:
+    def locate(label: str, field: str, many: bool, func: str) -> str:
         return f"<{label}:{field}:{many}>"
 
     v = {"@": "out", "<": "in", "SRCS": "a b", "@D": "dir"}
