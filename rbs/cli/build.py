@@ -38,8 +38,16 @@ def build_options(jobs: int | None, keep_going: bool, plain: bool) -> Any:
 
     if jobs is not None and jobs < 1:
         raise click.BadParameter(f"-j must be at least 1, got {jobs}", param_hint="-j/--jobs")
+    from rbs.cli.remote_build import remote_backend_from_context
+
+    backend = remote_backend_from_context()
+    if backend is not None and jobs is None:
+        jobs = 16  # remote actions wait on the cluster, not on local cores
     return BuildOptions(
-        jobs=jobs or os.cpu_count() or 1, keep_going=keep_going, listener=make_progress(plain)
+        jobs=jobs or os.cpu_count() or 1,
+        keep_going=keep_going,
+        listener=make_progress(plain),
+        backend=backend,
     )
 
 
@@ -56,7 +64,9 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
         help="Build as much as possible after a failure.",
     )(f)
     f = click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")(f)
-    return f
+    from rbs.cli.remote_build import remote_options
+
+    return remote_options(f)
 
 
 def _summary(result: Any, started: float) -> None:
