@@ -156,6 +156,8 @@ class Analyzer:
         exe: dict[str, Any] = {}
         outputs: dict[str, Any] = {}
         for name, spec in target.rule.all_attrs().items():
+            if spec.ignored and name not in ("tags", "testonly"):
+                continue  # every value crossing into Starlark costs; rules never read these
             value = target.attrs.get(name)
             if spec.kind in LABEL_KINDS:
                 labels = [] if value is None else [value] if spec.kind == "label" else value
@@ -378,7 +380,7 @@ class Analyzer:
                 f"declare_file: bad file name {filename!r}; use a relative name like 'out.txt'"
             )
         if sibling is not None:
-            base = str(sibling["short_path"]).rpartition("/")[0]
+            base = File.from_starlark(sibling).short_path.rpartition("/")[0]
             short = f"{base}/{filename}" if base else filename
         else:
             short = f"{pkg}/{filename}" if pkg else filename
@@ -445,7 +447,10 @@ class Analyzer:
         assert cur is not None
         outs: list[File] = []
         for o in _flatten(outputs):
-            if not (isinstance(o, dict) and "_f" in o) or str(o["path"]) not in cur.declared:
+            if (
+                not (isinstance(o, dict) and "_f" in o)
+                or File.from_starlark(o).path not in cur.declared
+            ):
                 raise ValueError(
                     f"action output {o.get('short_path', o) if isinstance(o, dict) else o!r} was not "
                     "declared by this rule; use ctx.actions.declare_file or an attr.output"

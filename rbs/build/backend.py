@@ -27,6 +27,9 @@ class StoreBackend(Backend):
         self.cache = cache
         self.runner = runner
 
+    def close(self) -> None:
+        self.runner.close()
+
     def export(self, digest: Digest, dest: Path, executable: bool) -> None:
         self.store.export_file(digest, dest, executable=executable, link=True)
 
@@ -95,7 +98,9 @@ def local_backend(root: Path, *, store_dir: Path | None = None) -> StoreBackend:
     from rbs.cas.disk import DiskStore
 
     state = root / ".rbs"
-    store = DiskStore(store_dir or state / "cas")
+    # No fsync per blob: a build store is a cache, and reads verify every blob, so a
+    # blob torn by a crash is found, dropped and rebuilt rather than served.
+    store = DiskStore(store_dir or state / "cas", durable=False)
     return StoreBackend(
         root, store, LocalActionCache(state / "ac", store), LocalRunner(store, state / "sandbox")
     )

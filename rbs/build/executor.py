@@ -165,6 +165,8 @@ class Executor:
                             ready.append(u)
                 if stop:
                     ready.clear()
+        if self._backend is not None:
+            self._backend.close()
         self.listener.finish(report)
         return report
 
@@ -208,6 +210,7 @@ class Executor:
         memo = self.state.memo.get(sig)
         if memo is not None and self._outputs_intact(memo):
             with self._lock:
+                self.state.memo[sig] = self.state.memo.pop(sig, memo)  # most recently used last
                 for path, text, exe in memo:
                     digests[path] = (Digest.parse(text), exe)
                 report.memo_hits += 1
@@ -268,6 +271,9 @@ class Backend:
 
     def export(self, digest: Digest, dest: Path, executable: bool) -> None:
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Called once when the build is done."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

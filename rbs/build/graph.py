@@ -30,27 +30,15 @@ class File:
         return self.path.rsplit("/", 1)[-1]
 
     def to_starlark(self) -> dict[str, Any]:
-        dirname, _, base = self.path.rpartition("/")
-        ext = base.rpartition(".")[2] if "." in base else ""
-        return {
-            "_f": 1,
-            "path": self.path,
-            "short_path": self.short_path,
-            "basename": base,
-            "dirname": dirname,
-            "extension": ext,
-            "is_source": self.is_source,
-            "owner": self.owner,
-            "root": "" if self.is_source else BIN_DIR,
-        }
+        # Compact on purpose: starlark-pyo3 converts every element separately, so a
+        # four-item list crosses far faster than a dict of nine fields.
+        return {"_f": [self.path, self.short_path, self.is_source, self.owner]}
 
     @classmethod
     def from_starlark(cls, d: Mapping[str, Any]) -> File:
+        path, short_path, is_source, owner = d["_f"]
         return cls(
-            path=str(d["path"]),
-            short_path=str(d["short_path"]),
-            is_source=bool(d["is_source"]),
-            owner=str(d["owner"]),
+            path=str(path), short_path=str(short_path), is_source=bool(is_source), owner=str(owner)
         )
 
 

@@ -12,13 +12,17 @@ from __future__ import annotations
 PRELUDE = r'''
 _RULES = {}
 _PROVIDERS = {}
+_BIN_DIR = "bazel-out/k8-fastbuild/bin"
 
 def _file(d):
+    path, short_path, is_source, owner = d["_f"]
+    dirname, _, basename = path.rpartition("/")
+    ext = basename.rpartition(".")[2] if "." in basename else ""
     return struct(
-        _rbs_kind = "file", path = d["path"], short_path = d["short_path"],
-        basename = d["basename"], dirname = d["dirname"], extension = d["extension"],
-        is_source = d["is_source"], is_directory = False, owner = d["owner"],
-        root = struct(path = d["root"]),
+        _rbs_kind = "file", path = path, short_path = short_path, basename = basename,
+        dirname = dirname, extension = ext, is_source = is_source, is_directory = False,
+        owner = owner, root = struct(path = "" if is_source else _BIN_DIR),
+        _rbs_compact = d,
     )
 
 def _kind(v):
@@ -117,9 +121,7 @@ def rbs_providers():
 def _plain(v):
     k = _kind(v)
     if k == "file":
-        return {"_f": 1, "path": v.path, "short_path": v.short_path, "basename": v.basename,
-                "dirname": v.dirname, "extension": v.extension, "is_source": v.is_source,
-                "owner": v.owner, "root": v.root.path}
+        return v._rbs_compact
     if k == "depset":
         return {"_d": [_plain(x) for x in v._items]}
     if k == "runfiles":

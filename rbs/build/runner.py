@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import queue
 import shutil
 import subprocess
 import tempfile
+import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -104,6 +106,9 @@ class LocalRunner(ActionRunner):
         self.sandbox_root = sandbox_root
         self.keep = keep_sandboxes
         sandbox_root.mkdir(parents=True, exist_ok=True)
+        # Finished sandboxes are deleted by one background thread, off the critical path.
+        self._trash: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._cleaner: threading.Thread | None = None
 
     def execute(self, action: PreparedAction) -> ExecResult:
         box = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{next(_seq)}-", dir=self.sandbox_root))
@@ -111,7 +116,26 @@ class LocalRunner(ActionRunner):
             return self._run(action, box)
         finally:
             if not self.keep:
-                shutil.rmtree(box, ignore_errors=True)
+                self._discard(box)
+
+    def _discard(self, box: Path) -> None:
+        if self._cleaner is None:
+            self._cleaner = threading.Thread(
+                target=self._clean, name="rbs-sandbox-cleaner", daemon=True
+            )
+            self._cleaner.start()
+        self._trash.put(box)
+
+    def _clean(self) -> None:
+        while (box := self._trash.get()) is not None:
+            shutil.rmtree(box, ignore_errors=True)
+
+    def close(self) -> None:
+        """Wait until every finished sandbox is deleted."""
+        if self._cleaner is not None:
+            self._trash.put(None)
+            self._cleaner.join()
+            self._cleaner = None
 
     def _run(self, action: PreparedAction, box: Path) -> ExecResult:
         exec_root = box / "execroot" / self.exec_root_name
@@ -119,9 +143,8 @@ class LocalRunner(ActionRunner):
         cmd = action.command
         cwd = exec_root / cmd.working_directory if cmd.working_directory else exec_root
         env = {e.name: e.value for e in cmd.environment_variables}
-        tmp = box / "tmp"
-        tmp.mkdir()
-        env.setdefault("TMPDIR", str(tmp))
+        # The sandbox folder doubles as TMPDIR: it is deleted with the sandbox.
+        env.setdefault("TMPDIR", str(box))
         try:
             proc = subprocess.run(
                 list(cmd.arguments),

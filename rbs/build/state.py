@@ -11,6 +11,7 @@ the standard library and blake3 so that the check stays cheap.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import pickle
 import tempfile
@@ -22,6 +23,7 @@ from typing import Any
 import blake3
 
 FORMAT = 3
+MAX_ENTRIES = 200_000  # per table; a few tens of MB at most
 StatKey = tuple[int, int, int, int]  # mtime_ns, size, inode, ctime_ns
 
 
@@ -127,6 +129,12 @@ class BuildState:
         return st
 
     def save(self) -> None:
+        # Entries are (re)inserted when used, so the oldest come first: drop those.
+        for table in (self.memo, self.published, self.stats.entries):
+            extra = len(table) - MAX_ENTRIES
+            if extra > 0:
+                for key in list(itertools.islice(table, extra)):
+                    del table[key]
         _save(self.dir / "state.pickle", (self.stats.entries, self.memo, self.noop, self.published))
 
     def is_noop(self, request: str) -> bool:
