@@ -45,28 +45,15 @@ class BuildResult:
     def ok(self) -> bool:
         return self.report.ok
 
-    def outputs(self, label: Label) -> list[tuple[File, Digest, bool]]:
-        """The output files of a target with their digests (the outputs are in the store)."""
-        assert self.graph is not None
-        info = self.graph.targets[label]
-        return [(f, *self._digest(f)) for f in info.files]
-
-    def runfiles(self, label: Label) -> dict[str, tuple[Digest, bool]]:
-        """Runfiles tree of an executable target: `<workspace>/<short path>` -> digest."""
-        assert self.graph is not None
-        info = self.graph.targets[label]
-        ws = self.graph.workspace_name
-        return {f"{ws}/{f.short_path}": self._digest(f) for f in info.runfiles}
-
-    def _digest(self, f: File) -> tuple[Digest, bool]:
+    def digest_of(self, f: File) -> tuple[Digest, bool]:
+        """Digest and executable bit of a file this build made or read."""
         have = self.report.digests.get(f.path)
         if have is not None:
             return have
         from rbs.build.state import StatCache
-
-        h, size, exe = StatCache().digest(self.root, f.path if f.is_source else out_path(f.path))
         from rbs.model import DigestFunction
 
+        h, size, exe = StatCache().digest(self.root, f.path if f.is_source else out_path(f.path))
         return Digest(function=DigestFunction.BLAKE3, hash=h, size=size), exe
 
 

@@ -200,6 +200,8 @@ class Loader:
         m.add_callable("_rbs_glob", self._glob)
         m.add_callable("_rbs_package_name", self._package_name)
         m.add_callable("_rbs_exports_files", self._exports_files)
+        # Job rules (@rbs//job/rules.rbs) check their values with the scheduler's parsers.
+        m.add_callable("_rbs_job_spec", _job_spec)
         for name in ("_rbs_declare", "_rbs_action", "_rbs_expand"):
             m.add_callable(name, self._hook(name))
 
@@ -320,6 +322,12 @@ class Loader:
     def call_impl(self, rule: RuleClass, data: dict[str, Any]) -> Any:
         rid = rule.key
         return self.modules[rule.module].call("rbs_call_impl", rid, data)
+
+
+def _job_spec(**kw: Any) -> dict[str, Any]:
+    from rbs.build.jobtarget import job_spec
+
+    return job_spec(**kw)
 
 
 def _renamed(rc: RuleClass, kind: str) -> RuleClass:
