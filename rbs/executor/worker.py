@@ -42,7 +42,13 @@ from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionOutcome, ActionRunner
 from rbs.model import Digest, DigestFunction
 from rbs.remote.auth import auth_metadata
-from rbs.remote.client import RemoteStore, channel_options, connect, parse_target
+from rbs.remote.client import (
+    RemoteError,
+    RemoteStore,
+    channel_options,
+    connect,
+    parse_target,
+)
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +372,7 @@ class Worker:
             name = re.sub(r"[^A-Za-z0-9_.-]", "_", lease.lease_id)
             log.info("running %s (%s, attempt %d)", lease.operation_name, digest, lease.attempt)
             try:
-                outcome = await self.runner.run(digest, name=name, timeout_s=timeout)
+                outcome = await self._run_with_retries(digest, name, timeout)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -384,6 +390,22 @@ class Worker:
                 )
             )
         )
+
+    async def _run_with_retries(self, digest: Digest, name: str, timeout: float) -> ActionOutcome:
+        """Run the action; if the server is briefly unreachable while inputs are fetched
+        or outputs uploaded (a restart), wait and run it again rather than fail it."""
+        delay = 0.5
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.reconnect_timeout_s
+        while True:
+            try:
+                return await self.runner.run(digest, name=name, timeout_s=timeout)
+            except RemoteError as e:
+                if e.code is not grpc.StatusCode.UNAVAILABLE or loop.time() + delay > deadline:
+                    raise
+                log.warning("server unreachable while running %s (%s); retrying", digest, e)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     def _prefetch(self, root: Digest) -> None:
         """Bring every input blob into the local cache, small ones in batch calls."""

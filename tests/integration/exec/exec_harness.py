@@ -50,6 +50,21 @@ class Cluster:
         self.server: RunningServer = self.call(start_server(self.config, self.services))
         self.workers: list[tuple[Worker, asyncio.Future[None]]] = []
 
+    def restart_server(self) -> None:
+        """Stop the server (workers keep running) and start a new one on the same port
+        and data dir, as after a crash or an upgrade."""
+        port = self.port
+        self.call(self.server.stop(grace=0))
+        self.config = Config(
+            server=ServerConfig(
+                host="127.0.0.1",
+                port=port,
+                data_dir=self.data_dir,
+                token_file=self.config.server.token_file,
+            )
+        )
+        self.server = self.call(start_server(self.config, self.services))
+
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
