@@ -40,6 +40,8 @@ from rbs.cas.store import CHUNK
 from rbs.cas.tree import walk_tree
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionOutcome, ActionRunner
+from rbs.executor.cgroups import detect
+from rbs.executor.jobhost import JobHost, cgroup_scope
 from rbs.model import Digest, DigestFunction
 from rbs.remote.auth import auth_metadata
 from rbs.remote.client import (
@@ -189,6 +191,19 @@ class Worker:
         self._outbox: asyncio.Queue[w_pb2.WorkerMessage] | None = None
         self._stopping = asyncio.Event()
         self.connected = asyncio.Event()
+        self.jobs: JobHost | None = None
+        if self.register.job_slots > 0:
+            self.jobs = JobHost(
+                work_dir=config.work_dir,
+                store=self.store,
+                send=self.send,
+                connected=self.connected.is_set,
+                slots=self.register.job_slots,
+                hostname=hostname,
+                backend=detect(scope=cgroup_scope(self.worker_id)),
+                prefetch=self._prefetch,
+            )
+            self.job_handler = self.jobs.handle
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -216,6 +231,9 @@ class Worker:
                             ) from None
                         log.warning("stream to %s ended: %s", target, e.code().name)
                         registered = False
+                    except (OSError, grpc.RpcError, asyncio.InvalidStateError) as e:
+                        log.warning("stream to %s failed: %s", target, e)
+                        registered = False
                 if registered:
                     backoff = 0.2
                     deadline = loop.time() + self.config.reconnect_timeout_s
@@ -231,6 +249,8 @@ class Worker:
                 backoff = min(backoff * 2, 5.0)
         finally:
             await self._cancel_all()
+            if self.jobs is not None:
+                await self.jobs.stop()
             self._channel.close()
 
     def stop(self) -> None:
@@ -249,6 +269,8 @@ class Worker:
         register = w_pb2.Register()
         register.CopyFrom(self.register)
         register.held_action_leases.extend(sorted({*self._running, *self._unsent}))
+        if self.jobs is not None:
+            register.held_job_leases.extend(self.jobs.held_leases())
         call = stub.Connect(metadata=auth_metadata(self.config.token))
         outbox: asyncio.Queue[w_pb2.WorkerMessage] = asyncio.Queue()
         await call.write(w_pb2.WorkerMessage(register=register))
@@ -264,6 +286,8 @@ class Worker:
         self._unsent.clear()
         self._outbox = outbox
         self.connected.set()
+        if self.jobs is not None:
+            self.jobs.on_connected()  # unacknowledged log lines, then held JobFinished
         writer = asyncio.create_task(self._write(call, outbox))
         beat = asyncio.create_task(self._heartbeat(outbox, interval))
         stop = asyncio.create_task(self._stopping.wait())
@@ -283,9 +307,7 @@ class Worker:
             await asyncio.gather(writer, beat, stop, reader, return_exceptions=True)
             # Whatever the writer had not sent yet goes out after the next Register.
             while not outbox.empty():
-                msg = outbox.get_nowait()
-                if msg.WhichOneof("kind") == "action_finished":
-                    self._unsent[msg.action_finished.lease_id] = msg
+                self._keep_unsent(outbox.get_nowait())
             call.cancel()
         return True
 
@@ -299,16 +321,25 @@ class Worker:
             try:
                 await call.write(msg)
             except BaseException:
-                if msg.WhichOneof("kind") == "action_finished":
-                    self._unsent[msg.action_finished.lease_id] = msg
+                self._keep_unsent(msg)
                 raise
+
+    def _keep_unsent(self, msg: w_pb2.WorkerMessage) -> None:
+        """A message no stream took: results are kept for the next one, the rest dropped."""
+        kind = msg.WhichOneof("kind")
+        if kind == "action_finished":
+            self._unsent[msg.action_finished.lease_id] = msg
+        elif kind == "job_finished" and self.jobs is not None:
+            self.jobs.unsent(msg)
 
     async def _heartbeat(self, outbox: asyncio.Queue[w_pb2.WorkerMessage], interval: float) -> None:
         while True:
             outbox.put_nowait(
                 w_pb2.WorkerMessage(
                     heartbeat=w_pb2.Heartbeat(
-                        build_slots_used=len(self._running), load1=os.getloadavg()[0]
+                        build_slots_used=len(self._running),
+                        job_slots_used=self.jobs.slots_used() if self.jobs is not None else 0,
+                        load1=os.getloadavg()[0],
                     )
                 )
             )

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field, replace
 
 from rbs.model import Digest
 
+# A lost worker stays visible in status this long, then is forgotten.
+FORGET_LOST_S = 3600.0
+
 
 class WorkerState(enum.Enum):
     CONNECTED = "CONNECTED"
@@ -146,6 +149,7 @@ class Dispatcher:
         # as good as the re-run's).
         self._retired: dict[str, str] = {}
         self._ids = itertools.count(1)
+        self._now = 0.0
         self._lease_prefix = ""
 
     # ------------------------------------------------------------------ queries
@@ -231,6 +235,7 @@ class Dispatcher:
         w = self._workers.get(worker_id)
         if w is None or w.state is not WorkerState.CONNECTED:
             return []
+        self._now = now
         w.state = WorkerState.DISCONNECTED
         w.disconnected_at = now
         if self.reconnect_grace == 0:
@@ -276,9 +281,14 @@ class Dispatcher:
         return out + self._dispatch()
 
     def tick(self, now: float) -> list[Instruction]:
-        """Time passed: workers silent too long, or away past the grace, are lost."""
+        """Time passed: workers silent too long, or away past the grace, are lost;
+        workers lost for FORGET_LOST_S are forgotten."""
+        self._now = now
         out: list[Instruction] = []
         for w in list(self._workers.values()):
+            if w.state is WorkerState.LOST and now - w.disconnected_at > FORGET_LOST_S:
+                del self._workers[w.info.worker_id]
+                continue
             if w.state is WorkerState.CONNECTED and now - w.last_heartbeat > self.heartbeat_timeout:
                 out += self._lose(w, f"no heartbeat for {now - w.last_heartbeat:.1f}s")
             elif (
@@ -302,6 +312,7 @@ class Dispatcher:
 
     def _lose(self, w: _Worker, why: str) -> list[Instruction]:
         w.state = WorkerState.LOST
+        w.disconnected_at = self._now
         out: list[Instruction] = []
         for lease_id in sorted(w.leases):
             out += self._requeue(lease_id, f"worker {w.info.worker_id} was lost: {why}")

@@ -58,6 +58,7 @@ _RESPONSE_URL = _TYPE_PREFIX + re_pb2.ExecuteResponse.DESCRIPTOR.full_name
 # How long a verified-complete input root is trusted without checking the CAS again.
 _COMPLETE_TTL_S = 600.0
 _COMPLETE_MAX = 10_000
+_PRUNE_EVERY_S = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +93,7 @@ class ExecutionEngine:
         self._hub = hub
         self.limits = limits or ExecutionLimits()
         self._complete_roots: dict[Digest, float] = {}
+        self._last_prune = time.monotonic()
         hub.actions = self
 
     # ------------------------------------------------------------------ startup
@@ -127,6 +129,7 @@ class ExecutionEngine:
 
     async def execute(self, args: ExecuteArgs) -> Operation:
         digest, instance = args.action_digest, args.instance
+        self._maybe_prune()
         if not args.skip_cache_lookup:
             hit = await asyncio.to_thread(self._cached, instance, digest)
             if hit is not None:
@@ -138,6 +141,7 @@ class ExecutionEngine:
                     instance=instance,
                     stage=Stage.COMPLETED,
                     response=response.SerializeToString(),
+                    persist=False,
                 )
         joined = self._registry.inflight(instance, digest)
         if joined is not None:
@@ -151,6 +155,7 @@ class ExecutionEngine:
                 instance=instance,
                 stage=Stage.COMPLETED,
                 response=response.SerializeToString(),
+                persist=False,
             )
         assert action is not None
         timeout = self._timeout_of(action)
@@ -163,6 +168,13 @@ class ExecutionEngine:
         )
         self._hub.submit(QueuedAction(operation=op.name, action_digest=digest, timeout_s=timeout))
         return op
+
+    def _maybe_prune(self) -> None:
+        # Finished operations stay answerable for KEEP_DONE_S; forget older ones.
+        now = time.monotonic()
+        if now - self._last_prune >= _PRUNE_EVERY_S:
+            self._last_prune = now
+            self._registry.prune(older_than=time.time() - KEEP_DONE_S)
 
     def watch(self, name: str) -> AsyncIterator[Operation]:
         return self._registry.watch(name, keepalive=self.limits.keepalive_s)

@@ -219,7 +219,10 @@ class OperationRegistry:
         stage: Stage,
         skip_cache_lookup: bool = False,
         response: bytes | None = None,
+        persist: bool = True,
     ) -> Operation:
+        """A new operation. `persist=False` keeps an operation that is done at birth (a
+        cache hit, missing inputs) in memory only: nothing about it needs a restart."""
         now = time.time()
         op = Operation(
             name=f"operations/{uuid.uuid4()}",
@@ -231,7 +234,8 @@ class OperationRegistry:
             created=now,
             updated=now,
         )
-        self._store.save(op)
+        if persist or not op.done:
+            self._store.save(op)
         self._ops[op.name] = _Entry(op)
         if not op.done:
             self._inflight[instance, action_digest] = op.name
