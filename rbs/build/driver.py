@@ -17,6 +17,7 @@ from rbs.build.executor import (
     out_path,
 )
 from rbs.build.graph import BIN_DIR, ActionGraph, File
+from rbs.build.jobtarget import finish_job_targets, job_targets
 from rbs.build.labels import Label
 from rbs.build.state import BuildState, load_cached_analysis, request_key, save_analysis
 from rbs.model import Digest
@@ -40,6 +41,8 @@ class BuildResult:
     up_to_date: bool = False
     analysis_cached: bool = False
     root: Path = Path()
+    # Job targets' manifests written by this build: label -> rbs-out/<pkg>/<name>.job.json
+    manifests: dict[Label, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -121,6 +124,9 @@ def run_build(
             paths.extend(f.path for f in info.runfiles)
         if mode == "test" and label in test_owners:
             tests.append(test_owners[label])
+    jobs = job_targets(graph, labels)
+    for job in jobs.values():
+        paths.extend(f.path for f in job.files())
     indices = needed_actions(graph, paths, tests=tests)
     factory = options.backend
     if factory is None:
@@ -145,8 +151,13 @@ def run_build(
             info = graph.targets[label]
             if info.executable is not None:
                 write_runfiles_tree(root, graph, label)
+        result.manifests = finish_job_targets(root, graph, jobs, report, state)
     if mode == "build" and report.ok:
         deps = _noop_paths(root, graph, indices, request)
+        # A job's data files need not be any action's input, and its manifest is not
+        # an action output: both decide whether the build is a no-op.
+        deps.extend(f.path for job in jobs.values() for f in job.files() if f.is_source)
+        deps.extend(result.manifests.values())
         state.record_noop(request, deps)
     else:
         state.forget_noop(request)

@@ -319,3 +319,21 @@ def target_provenance(label: Label) -> dict[str, str]:
 
     source = f"target {label}"
     return {f: source if f in TARGET_FIELDS else DEFAULT_SOURCE for f in PROVENANCE_FIELDS}
+
+
+def finish_job_targets(
+    root: Path, graph: ActionGraph, jobs: Mapping[Label, JobTarget], report: Any, state: Any
+) -> dict[Label, str]:
+    """After a successful build: write the manifests of the job targets it built."""
+    if not jobs:
+        return {}
+    from rbs.build.executor import out_path
+
+    def digest_of(f: File) -> tuple[Digest, bool]:
+        have = report.digests.get(f.path)
+        if have is not None:
+            return have  # type: ignore[no-any-return]
+        h, size, exe = state.stats.digest(root, f.path if f.is_source else out_path(f.path))
+        return Digest(function=DigestFunction.BLAKE3, hash=h, size=size), exe
+
+    return write_manifests(root, graph, jobs, digest_of, out_path)

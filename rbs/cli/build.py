@@ -108,6 +108,8 @@ def build(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: 
             click.echo(f"Target {label} up-to-date:", err=True)
             for f in info.files:
                 click.echo(f"  {f.path if f.is_source else out_path(f.path)}", err=True)
+            if label in result.manifests:
+                click.echo(f"  {result.manifests[label]}", err=True)
 
 
 @click.command("test")

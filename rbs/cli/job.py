@@ -76,6 +76,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         from rbs.jobs.targets import build_job_target
 
         manifest, provenance = build_job_target(target)
+    if manifest is not None and manifest.input_root is not None and inputs:
+        raise JobError(
+            "--inputs cannot be added to a job that has its input tree (a //pkg:target or "
+            "a built manifest): the tree is the target's binary, runfiles and data; add the "
+            "files to the target's data instead"
+        )
     if manifest is None and not command:
         raise JobError(
             "nothing to run: give a command after --, --script FILE, "
@@ -100,6 +106,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     }
     flags = {k: v for k, v in flags.items() if v is not None}
     with _client(args) as client:
+        if manifest is not None:
+            from rbs.jobs.targets import check_queue, stage_manifest_inputs
+
+            if args.queue is None:
+                check_queue(client, manifest, provenance or {})
+            source = Path(args.manifest) if args.manifest else None
+            stage_manifest_inputs(client, manifest, source=source)
         job_id = client.submit(
             command or None, manifest=manifest, provenance=provenance, inputs=inputs, **flags
         )

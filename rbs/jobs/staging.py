@@ -67,9 +67,22 @@ def collect_entries(
     specs: Sequence[str], cwd: Path, function: DigestFunction
 ) -> tuple[dict[str, TreeEntry | None], dict[Digest, Path]]:
     """Relative path -> leaf for every staged file, and digest -> a local file holding it."""
+    from rbs.jobs.targets import is_target_input, target_entries
+
     entries: dict[str, TreeEntry | None] = {}
     sources: dict[Digest, Path] = {}
     for spec in specs:
+        if is_target_input(spec):
+            # DEST=//pkg:target: build it and stage its outputs and runfiles.
+            built, built_sources = target_entries(spec, cwd, function)
+            for rel in built:
+                if rel in entries:
+                    raise StagingError(
+                        f"--inputs {spec!r}: {rel!r} is staged twice; give each input its own DEST"
+                    )
+            entries.update(built)
+            sources.update(built_sources)
+            continue
         dest, src = _dest_of(spec, cwd)
         if src.is_dir() and not src.is_symlink():
             rels = select_inputs(src)
