@@ -51,6 +51,15 @@ def _script_command(path: str, inputs: list[str]) -> list[str]:
     return [f"./{p.name}"] if shebang and os.access(p, os.X_OK) else ["/bin/sh", p.name]
 
 
+def _flags_after_target(args: argparse.Namespace, rest: list[str]) -> list[str]:
+    """`submit //pkg:target --nodes 2 [-- CMD...]`: flags may follow the target."""
+    cut = rest.index("--") if "--" in rest else len(rest)
+    if cut:
+        args.parser.parse_args(rest[:cut], namespace=args)
+        return [*args.command, *rest[cut + 1 :]]
+    return rest[cut + 1 :]
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     command: list[str] = list(args.command)
     if command and command[0] == "--":
@@ -59,7 +68,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     manifest = provenance = None
     target = None
     if command and command[0].startswith("//") and not args.script:
-        target, command = command[0], command[1:]
+        target, command = command[0], _flags_after_target(args, command[1:])
     if args.script:
         if command:
             raise JobError("give either --script FILE or a command after --, not both")
@@ -264,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait for the job to end; exit non-zero unless COMPLETED",
     )
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...] or //pkg:target")
-    s.set_defaults(func=cmd_submit)
+    s.set_defaults(func=cmd_submit, parser=s)
 
     p = sub.add_parser("show", help="a job's state, reason, priority, resources and history")
     _common(p)

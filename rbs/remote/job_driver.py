@@ -311,9 +311,12 @@ class JobDriver:
             fin = message.job_finished
             run = RunRef.parse_lease(fin.lease_id)
             fn = function_from_proto(fin.digest_function)
-            if fin.HasField("output_tree_digest") and fin.output_tree_digest.hash:
+            # In a gang, rank 0 drives: its outputs and checkpoint are the job's. The
+            # other ranks are stopped after it ends and would overwrite them.
+            lead = run.rank == 0
+            if lead and fin.HasField("output_tree_digest") and fin.output_tree_digest.hash:
                 self.outputs.record(run, digest_from_proto(fin.output_tree_digest, fn))
-            if fin.HasField("checkpoint_tree_digest") and fin.checkpoint_tree_digest.hash:
+            if lead and fin.HasField("checkpoint_tree_digest") and fin.checkpoint_tree_digest.hash:
                 self.outputs.record_checkpoint(
                     run, digest_from_proto(fin.checkpoint_tree_digest, fn)
                 )
