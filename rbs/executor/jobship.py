@@ -1,0 +1,141 @@
+"""Ship one run's numbered log lines to the server: batched, acknowledged, resent.
+
+The job runner spools every line before the shipper sees it, so the shipper keeps
+only cursors: the highest seq known (`last`), sent on the current stream (`sent`), and
+acknowledged by the server (`acked`). Lines normally travel from an in-memory buffer
+filled by the runner's sink; after a reconnect (or when the buffer was dropped while
+disconnected) they are read back from the spool from `acked + 1`. The server dedupes
+by (job, task, attempt, rank, seq), so a line sent twice is stored once, and nothing
+below `acked` is ever needed again.
+
+Everything here runs on the worker's event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from google.protobuf import timestamp_pb2
+
+from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
+from rbs.executor.joblog import LogLine, LogSpool, Stream
+
+log = logging.getLogger(__name__)
+
+# A batch goes out when it holds this many lines, or this long after its first line.
+BATCH_LINES = 500
+BATCH_DELAY_S = 0.05
+# While disconnected, lines beyond this many are left to the spool, not kept in memory.
+MAX_BUFFERED = 20_000
+
+_STREAMS = {
+    Stream.OUT: w_pb2.LogLine.OUT,
+    Stream.ERR: w_pb2.LogLine.ERR,
+    Stream.SYS: w_pb2.LogLine.SYS,
+}
+
+
+def line_to_proto(line: LogLine) -> w_pb2.LogLine:
+    seconds = int(line.time)
+    return w_pb2.LogLine(
+        seq=line.seq,
+        time=timestamp_pb2.Timestamp(seconds=seconds, nanos=int((line.time - seconds) * 1e9)),
+        stream=_STREAMS[line.stream],
+        text=line.text,
+    )
+
+
+class LogShipper:
+    """The cursors and buffer of one run's log; see the module docstring."""
+
+    def __init__(
+        self,
+        lease: w_pb2.JobLease,
+        spool: LogSpool,
+        *,
+        send: Callable[[w_pb2.WorkerMessage], None],
+        connected: Callable[[], bool],
+    ) -> None:
+        self._lease = lease
+        self.spool = spool
+        self._send = send
+        self._connected = connected
+        self.last = spool.next_seq - 1
+        self.sent = 0
+        self.acked = 0
+        self._buffer: list[LogLine] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def all_acked(self) -> bool:
+        return self.acked >= self.last
+
+    def on_lines(self, lines: Sequence[LogLine]) -> None:
+        """New spooled lines (in seq order); sends a full batch now, else soon."""
+        if not lines:
+            return
+        self.last = max(self.last, lines[-1].seq)
+        if self._buffer and lines[0].seq != self._buffer[-1].seq + 1:
+            self._buffer = []  # not contiguous: flush() reads the gap from the spool
+        self._buffer.extend(lines)
+        if len(self._buffer) >= BATCH_LINES:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(BATCH_DELAY_S, self.flush)
+
+    def ack(self, seq: int) -> None:
+        self.acked = max(self.acked, min(seq, self.last))
+
+    def rewind(self) -> None:
+        """A new stream: everything not acknowledged goes out again."""
+        self.sent = self.acked
+
+    def flush(self) -> None:
+        """Send every line past `sent` (all of them, in order) if a stream is open."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._connected():
+            if len(self._buffer) > MAX_BUFFERED:
+                self._buffer.clear()  # the spool has them; rewind() reads them back
+            return
+        while self.sent < self.last:
+            buf = self._buffer
+            if buf and buf[0].seq <= self.sent + 1 <= buf[-1].seq:
+                start = self.sent + 1 - buf[0].seq
+                batch = buf[start : start + BATCH_LINES]
+            else:
+                batch = self.spool.read_from(self.sent + 1, limit=BATCH_LINES)
+                if not batch:
+                    log.warning(
+                        "lease %s: spool ends at %d but lines up to %d were counted",
+                        self._lease.lease_id,
+                        self.sent,
+                        self.last,
+                    )
+                    self.last = self.sent
+                    break
+            self._send(
+                w_pb2.WorkerMessage(
+                    log_lines=w_pb2.LogLines(
+                        job_id=self._lease.job_id,
+                        task_index=self._lease.task_index,
+                        attempt=self._lease.attempt,
+                        lease_id=self._lease.lease_id,
+                        lines=[line_to_proto(x) for x in batch],
+                    )
+                )
+            )
+            self.sent = batch[-1].seq
+        if self._buffer and self._buffer[-1].seq <= self.sent:
+            self._buffer = []
+        elif self._buffer and self._buffer[0].seq <= self.sent:
+            self._buffer = self._buffer[self.sent + 1 - self._buffer[0].seq :]
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._buffer = []
