@@ -226,7 +226,8 @@ class JobsClient:
                         continue
                     d = json.loads(raw)
                     if d.get("end"):
-                        return
+                        # Read on to the body's end, so the kept-alive connection is reusable.
+                        continue
                     line = LogLine(
                         seq=d["seq"],
                         time=d["time"],

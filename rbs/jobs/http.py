@@ -216,13 +216,19 @@ class HttpConnection:
             self.close()
             raise _error(Response(status=status, headers=headers, body=payload))
         pending = b""
-        for chunk in self._chunks(headers):
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            yield from lines
-        if pending:
-            yield pending
-        self._finish(headers)
+        complete = False
+        try:
+            for chunk in self._chunks(headers):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                yield from lines
+            if pending:
+                yield pending
+            complete = True
+            self._finish(headers)
+        finally:
+            if not complete:
+                self.close()  # the caller stopped mid-body: the rest would poison the next request
 
 
 def _error(resp: Response) -> HttpError:
