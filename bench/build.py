@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -48,10 +49,16 @@ def generate(root: Path, packages: int, per_package: int) -> int:
     return n + 1
 
 
+CPU: list[float] = []  # CPU seconds (user + system) of each timed command, children included
+
+
 def timed(cmd: list[str], cwd: Path) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
     took = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if proc.returncode != 0:
         sys.exit(f"command failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
     return took
@@ -82,11 +89,13 @@ def main() -> None:
         ws.mkdir()
         n = generate(ws, args.packages, args.per_package)
         build = [*RBS, "build", "//...", "-j", str(args.jobs), "--plain"]
-        clean, noop, leaf, load = [], [], [], []
+        clean, clean_cpu, noop, leaf, load = [], [], [], [], []
+        load_avg = os.getloadavg()[0]
         for r in range(args.runs):
             shutil.rmtree(ws / ".rbs", ignore_errors=True)
             shutil.rmtree(ws / "rbs-out", ignore_errors=True)
             clean.append(timed(build, ws))
+            clean_cpu.append(CPU[-1])
             for _ in range(3):
                 noop.append(timed(build, ws))
             leaf_file = ws / f"p{(r * 37) % args.packages:03d}" / "in.txt"

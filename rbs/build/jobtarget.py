@@ -8,11 +8,11 @@ runfiles and its data. After the build, `write_manifests` lays those files out a
 job's input tree, stores the tree in the local build store and writes
 `rbs-out/<package>/<name>.job.json` in `rbs.scheduler.manifest`'s canonical JSON.
 
-Input tree layout (the job's working directory):
+Input tree layout (the job's working directory), the workspace as the job sees it:
 
-    <binary>                          the executable, run as ./<binary>
-    <binary>.runfiles/<workspace>/... its runfiles, as `rbs run` lays them out
-    <package>/<file>                  each data file at its workspace path
+    <pkg>/<binary>                          the executable, run as ./<pkg>/<binary>
+    <pkg>/<binary>.runfiles/<workspace>/... its runfiles, found beside it as by `rbs run`
+    <package>/<file>                        each data file at its workspace path
 """
 
 from __future__ import annotations
@@ -187,15 +187,14 @@ def job_spec(
 
 
 def _check_layout(binary: str, data_paths: Sequence[str]) -> None:
-    taken = (binary, f"{binary}.runfiles")
+    runfiles = f"{binary}.runfiles"
     for p in data_paths:
-        top = p.split("/", 1)[0]
-        if top in taken:
+        if p == binary or p == runfiles or p.startswith(runfiles + "/"):
             raise _bad(
                 "data",
                 p,
                 f"would land on the binary ./{binary} (or its runfiles) in the job's folder",
-                "rename the binary target or move the data file to another package",
+                "rename the data file or the binary target",
             )
 
 
@@ -214,7 +213,7 @@ class JobTarget:
 
     def layout(self, workspace: str) -> dict[str, File]:
         """Input-tree path -> file, as in the module docstring."""
-        exe = self.binary.basename
+        exe = self.binary.short_path
         out = {exe: self.binary}
         for f in self.runfiles:
             out[f"{exe}.runfiles/{workspace}/{f.short_path}"] = f
@@ -260,7 +259,7 @@ def make_manifest(job: JobTarget, input_root: Digest) -> JobManifest:
 
     data = {k: v for k, v in job.spec.items() if k not in (JOB_MARK, "args")}
     data["name"] = job.label.name
-    data["command"] = [f"./{job.binary.basename}", *job.spec.get("args", [])]
+    data["command"] = [f"./{job.binary.short_path}", *job.spec.get("args", [])]
     data["input_root"] = str(input_root)
     return manifest_from_dict(data)
 

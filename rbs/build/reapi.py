@@ -24,6 +24,9 @@ class PreparedAction:
     command: re_pb2.Command
     input_root: Digest
     spec: ActionSpec
+    # The input root as a flat map (path -> file, or None for an empty folder). Only a
+    # local runner may use it, to skip reading the tree back from the store.
+    entries: Mapping[str, TreeEntry | None] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +77,8 @@ def prepare(store: BlobStore, spec: ActionSpec, inputs: Mapping[str, TreeEntry])
             entries[parent] = None
     if spec.working_directory and spec.working_directory not in entries:
         entries[spec.working_directory] = None
-    root = build_tree(store, _minimal(entries), function=FUNCTION)
+    minimal = _minimal(entries)
+    root = build_tree(store, minimal, function=FUNCTION)
     cmd_digest = store.put_message(cmd, FUNCTION)
     action = re_pb2.Action(
         command_digest=to_proto(cmd_digest), input_root_digest=to_proto(root), platform=_platform()
@@ -85,6 +89,7 @@ def prepare(store: BlobStore, spec: ActionSpec, inputs: Mapping[str, TreeEntry])
         command=cmd,
         input_root=root,
         spec=spec,
+        entries=minimal,
     )
 
 

@@ -16,12 +16,13 @@ import subprocess
 import tempfile
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.build.reapi import FUNCTION, ExecResult, OutputFile, PreparedAction, from_result, to_result
 from rbs.cas.store import BlobStore
-from rbs.cas.tree import materialize
+from rbs.cas.tree import TreeEntry, materialize
 from rbs.model import Digest
 
 _seq = itertools.count()
@@ -137,9 +138,36 @@ class LocalRunner(ActionRunner):
             self._cleaner.join()
             self._cleaner = None
 
+    def _link_inputs(self, entries: Mapping[str, TreeEntry | None], exec_root: Path) -> None:
+        """Lay out the input root from the flat map `prepare` kept (same content as the
+        stored tree), creating each folder once."""
+        exec_root.mkdir(parents=True, exist_ok=True)
+        made: set[str] = {""}
+        for rel in sorted(entries):
+            entry = entries[rel]
+            parent = rel.rpartition("/")[0] if entry is not None else rel
+            if parent not in made:
+                os.makedirs(exec_root / parent, exist_ok=True)
+                p = parent
+                while p and p not in made:
+                    made.add(p)
+                    p = p.rpartition("/")[0]
+            if entry is None:
+                continue
+            if entry.symlink is not None:
+                os.symlink(entry.symlink, exec_root / rel)
+            else:
+                assert entry.digest is not None
+                self.store.export_file(
+                    entry.digest, exec_root / rel, executable=entry.executable, link=True
+                )
+
     def _run(self, action: PreparedAction, box: Path) -> ExecResult:
         exec_root = box / "execroot" / self.exec_root_name
-        materialize(self.store, action.input_root, exec_root, link=True)
+        if action.entries is not None:
+            self._link_inputs(action.entries, exec_root)
+        else:
+            materialize(self.store, action.input_root, exec_root, link=True)
         cmd = action.command
         cwd = exec_root / cmd.working_directory if cmd.working_directory else exec_root
         env = {e.name: e.value for e in cmd.environment_variables}
