@@ -31,13 +31,13 @@ def ws(tmp_path: Path) -> Path:
 
 
 def test_build_run_query_clean(ws: Path) -> None:
-    r = rbs(ws, "build", "//...", "-j", "2")
+    r = rbs(ws, "build", "//greet/...", "-j", "2")
     assert r.returncode == 0, r.stderr
     assert (
         ws / "rbs-out/bin/greet/banner.txt"
     ).read_text() == "== greetings ==\nHELLO\nBONJOUR\nHOLA\n"
     assert "Target //greet:count up-to-date:" in r.stderr
-    again = rbs(ws / "greet", "build", "//...")
+    again = rbs(ws / "greet", "build", "//greet/...")
     assert again.returncode == 0 and "up to date" in again.stderr
     run = rbs(ws, "run", "//greet:hello", "--", "Ada")
     assert run.returncode == 0, run.stderr
@@ -49,12 +49,12 @@ def test_build_run_query_clean(ws: Path) -> None:
         "//greet:upper.txt",
         "//greet:words.txt",
     ]
-    assert rbs(ws, "query", "//...").stdout.count("\n") == 7
+    assert rbs(ws, "query", "//greet/...").stdout.count("\n") == 7
     assert rbs(ws, "clean").returncode == 0 and not (ws / "rbs-out").exists()
 
 
 def test_test_command_summarizes_and_fails(ws: Path) -> None:
-    r = rbs(ws, "test", "//...")
+    r = rbs(ws, "test", "//greet/...")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "//greet:count_test  PASSED" in r.stdout and "2 passed, 0 failed" in r.stdout
     (ws / "greet/words.txt").write_text("just one\n")
@@ -80,5 +80,5 @@ def test_user_errors_are_one_clear_message(ws: Path) -> None:
         and "no such package //nope" in r2.stderr
         and "Traceback" not in r2.stderr
     )
-    r3 = rbs(ws.parent, "build", "//...")
+    r3 = rbs(ws.parent, "build", "//greet/...")
     assert r3.returncode == 1 and "no WORKSPACE" in r3.stderr
