@@ -9,188 +9,345 @@ Layout under the store root:
 A write goes to a unique temp file in tmp/, is fsynced, then renamed over its final
 name. Rename is atomic, so a reader sees either no blob or the whole blob, and several
 processes writing the same blob at once simply replace identical bytes. A crash leaves
-at most a stray temp file, which `sweep_tmp` removes.
+at most a stray temp file, which `gc` removes once it is old.
+
+Reads verify: `open` hashes as it reads and a mismatch removes the blob; a blob is
+hashed before it is first hardlinked out by this process, and again whenever its inode
+or mtime changed since (a job running as root can write through a hardlink).
+
+A blob's mtime is its last use. Every lookup that finds a blob (`contains`,
+`find_missing`, `open`, `export_file`) sets it to now, at most once a minute per blob
+so the hot path stays a stat(); `gc` evicts least recently used blobs first and never
+one used within the lease. Because the state is the file system itself, the lease
+holds across every process sharing the store directory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import io
+import itertools
 import logging
 import os
-import shutil
-import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 
-from rbs.cas.errors import BlobNotFound, CorruptBlob, StoreFull
-from rbs.cas.store import CHUNK, BlobStore, BlobWriter
-from rbs.model import Digest
+from rbs.cas import eviction, fileio
+from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, StoreFull
+from rbs.cas.store import CHUNK, Batch, BlobStore, BlobWriter
+from rbs.cas.verify import verifying_reader
+from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
 log = logging.getLogger(__name__)
+
+DEFAULT_LEASE = 3 * 3600.0
+# A used blob's mtime is refreshed at most this often; gc adds it to the lease.
+TOUCH_INTERVAL = 60.0
+# Files up to this size are read whole and hashed before anything is written.
+SMALL_FILE = 4 << 20
+_VERIFIED_MAX = 200_000
+_counter = itertools.count()
 
 
 class _DiskWriter(BlobWriter):
     def __init__(self, store: DiskStore, expected: Digest) -> None:
         super().__init__(expected)
         self._store = store
-        try:
-            fd, name = tempfile.mkstemp(dir=store.tmp_dir, prefix=expected.hash[:16] + ".")
-        except OSError as e:
-            raise store.os_error(e) from e
-        self._tmp = Path(name)
-        self._file: BinaryIO | None = os.fdopen(fd, "wb", buffering=0)
+        self._fd: int | None
+        self._fd, self._tmp = store.new_temp(expected.hash)
 
     def _write(self, data: bytes) -> None:
-        assert self._file is not None, "write after commit or abort"
+        assert self._fd is not None, "write after commit or abort"
         try:
-            self._file.write(data)
+            fileio.write_all(self._fd, data)
         except OSError as e:
             self.abort()
             raise self._store.os_error(e) from e
 
     def _commit(self) -> None:
-        assert self._file is not None, "commit after commit or abort"
-        final = self._store.path_of(self.expected)
-        try:
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
-            os.chmod(self._tmp, 0o444)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(self._tmp, final)
-        except OSError as e:
-            self.abort()
-            raise self._store.os_error(e) from e
-        self._store.on_committed(self.expected)
+        assert self._fd is not None, "commit after commit or abort"
+        fd, self._fd = self._fd, None
+        self._store.install(fd, self._tmp, self.expected)
 
     def abort(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         with contextlib.suppress(FileNotFoundError):
-            self._tmp.unlink()
-
-
-class _VerifyingReader(io.RawIOBase):
-    """Hashes a blob as it is read sequentially; at EOF a mismatch removes the blob."""
-
-    def __init__(self, store: DiskStore, digest: Digest, f: BinaryIO) -> None:
-        super().__init__()
-        self._store = store
-        self._digest = digest
-        self._f = f
-        self._hasher = digest.function.hasher()
-        self._pos = 0
-        self._verifying = True
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        n: int = self._f.readinto(b)  # type: ignore[attr-defined]
-        if self._verifying:
-            self._hasher.update(bytes(memoryview(b)[:n]))
-            self._pos += n
-            if n == 0 or self._pos >= self._digest.size:
-                self._finish()
-        return n
-
-    def _finish(self) -> None:
-        self._verifying = False
-        if self._pos != self._digest.size or self._hasher.hexdigest() != self._digest.hash:
-            self._store.quarantine(self._digest)
-            raise CorruptBlob(self._digest, self._store.path_of(self._digest))
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        # Random access cannot be verified as it goes; the blob was checked when written.
-        self._verifying = False
-        return self._f.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def close(self) -> None:
-        self._f.close()
-        super().close()
-
-    def fileno(self) -> int:
-        return self._f.fileno()
+            os.unlink(self._tmp)
 
 
 class DiskStore(BlobStore):
-    """Blobs as files under `root`; see the module docstring for the layout."""
+    """Blobs as files under `root`; see the module docstring for layout and guarantees.
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+    `max_size` bounds the store: when a write takes it over, least recently used blobs
+    outside the lease are evicted down to 90% of it. `durable=False` skips fsync (for
+    scratch stores whose loss on a crash does not matter).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_size: int | None = None,
+        lease: float = DEFAULT_LEASE,
+        durable: bool = True,
+    ) -> None:
+        if max_size is not None and max_size < 0:
+            raise ValueError(f"max_size must be a size in bytes >= 0, not {max_size}")
+        if lease < 0:
+            raise ValueError(f"lease must be a number of seconds >= 0, not {lease}")
+        self.root = Path(root).absolute()
         self.blob_dir = self.root / "blobs"
         self.exec_dir = self.root / "exec"
         self.tmp_dir = self.root / "tmp"
-        for d in (self.blob_dir, self.exec_dir, self.tmp_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        self.max_size = max_size
+        self.lease = lease
+        self.durable = durable
+        self.small_file = SMALL_FILE
+        try:
+            for d in (self.blob_dir, self.exec_dir, self.tmp_dir):
+                d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise self.os_error(e) from e
+        # String paths: pathlib costs microseconds per join, which find_missing feels.
+        self._blob_prefix = {f: f"{self.blob_dir}/{f.value}/" for f in DigestFunction}
+        self._exec_prefix = {f: f"{self.exec_dir}/{f.value}/" for f in DigestFunction}
+        self._tmp_prefix = f"{self.tmp_dir}/"
+        self._made_dirs: set[str] = set()
+        self._verified: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        self._approx_size: int | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    # Paths and errors.
 
     def path_of(self, digest: Digest) -> Path:
-        h = digest.hash
-        return self.blob_dir / digest.function.value / h[:2] / h
+        return Path(self._path(digest))
 
-    def _exec_path_of(self, digest: Digest) -> Path:
+    def _path(self, digest: Digest) -> str:
         h = digest.hash
-        return self.exec_dir / digest.function.value / h[:2] / h
+        return f"{self._blob_prefix[digest.function]}{h[:2]}/{h}"
+
+    def _exec_path(self, digest: Digest) -> str:
+        h = digest.hash
+        return f"{self._exec_prefix[digest.function]}{h[:2]}/{h}"
 
     def os_error(self, e: OSError) -> Exception:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return StoreFull(self.root, str(e))
+            return StoreFull(self.root, os.strerror(e.errno))
         return e
 
-    def on_committed(self, digest: Digest) -> None:
-        """Hook for subclasses that keep an index (eviction)."""
+    def _ensure_parent(self, path: str) -> None:
+        parent = path.rpartition("/")[0]
+        if parent not in self._made_dirs:
+            os.makedirs(parent, exist_ok=True)
+            self._made_dirs.add(parent)
 
-    def on_accessed(self, digest: Digest) -> None:
-        """Hook for subclasses that track use (eviction leases)."""
+    # Writing.
+
+    def new_temp(self, label: str) -> tuple[int, str]:
+        """A fresh temp file (fd, path) in tmp/; mode 0444 from the start."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        while True:
+            tmp = f"{self._tmp_prefix}{label[:16]}.{os.getpid()}.{next(_counter)}"
+            try:
+                return os.open(tmp, flags, 0o444), tmp
+            except FileExistsError:  # left by a crashed process that had our pid
+                continue
+            except OSError as e:
+                raise self.os_error(e) from e
+
+    def install(
+        self,
+        fd: int | None,
+        tmp: str,
+        digest: Digest,
+        *,
+        synced: bool = False,
+        st: os.stat_result | None = None,
+    ) -> None:
+        """Make a fully written temp file the blob `digest`: fsync, close, rename (`fd`
+        None: already closed, and `synced` says it is durable).
+
+        On any error the temp file is removed, so nothing partial is left behind."""
+        final = self._path(digest)
+        try:
+            if fd is not None:
+                try:
+                    if self.durable and not synced:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            self._ensure_parent(final)
+            os.rename(tmp, final)
+        except OSError as e:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise self.os_error(e) from e
+        # The bytes were hashed on their way in: no need to hash them before linking.
+        with contextlib.suppress(OSError):
+            self._remember_verified(final, st or os.stat(final))
+        self._added(digest.size)
+
+    def writer(self, expected: Digest) -> BlobWriter:
+        return _DiskWriter(self, expected)
+
+    def batch(self) -> Batch:
+        from rbs.cas.diskbatch import DiskBatch
+
+        return DiskBatch(self)
+
+    def put_file(
+        self,
+        path: Path,
+        *,
+        function: DigestFunction = DEFAULT_FUNCTION,
+        expected: Digest | None = None,
+    ) -> Digest:
+        """Store a file in one pass: copied to a temp file while hashed, in constant memory."""
+        if expected is not None:
+            function = expected.function
+            if expected.size == 0 or self.contains(expected):
+                size = os.path.getsize(path)
+                if size != expected.size:
+                    h, size = fileio.hash_path(str(path), function)
+                    raise DigestMismatch(expected, Digest(function=function, hash=h, size=size))
+                return expected
+        with open(path, "rb", buffering=0) as src:
+            if os.fstat(src.fileno()).st_size <= SMALL_FILE:
+                return self.put(src.read(), function=function, expected=expected)
+            fd, tmp = self.new_temp(expected.hash if expected else "file")
+            try:
+                hasher = function.hasher()
+                size = fileio.copy_hashing(src, fd, hasher, self._hash_pool())
+            except BaseException as e:
+                os.close(fd)
+                os.unlink(tmp)
+                if isinstance(e, OSError):
+                    raise self.os_error(e) from e
+                raise
+        digest = Digest(function=function, hash=hasher.hexdigest(), size=size)
+        if expected is not None and digest != expected:
+            os.close(fd)
+            os.unlink(tmp)
+            raise DigestMismatch(expected, digest)
+        if digest.size == 0 or (expected is None and self.contains(digest)):
+            os.close(fd)
+            os.unlink(tmp)
+            return digest
+        self.install(fd, tmp, digest)
+        return digest
+
+    def _hash_pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="rbs-cas-hash")
+            return self._pool
+
+    # Lookups; each one that finds a blob counts as a use (see the module docstring).
 
     def contains(self, digest: Digest) -> bool:
         if digest.size == 0:
             return True
+        return self._present(self._path(digest), digest)
+
+    def _present(self, path: str, digest: Digest) -> bool:
         try:
-            st = os.stat(self.path_of(digest))
+            st = os.stat(path)
         except FileNotFoundError:
             return False
         if st.st_size != digest.size:
             self.quarantine(digest)
             return False
+        self._touch(path, st)
         return True
 
-    def writer(self, expected: Digest) -> BlobWriter:
-        return _DiskWriter(self, expected)
+    def find_missing(self, digests: Iterable[Digest]) -> list[Digest]:
+        seen: set[Digest] = set()
+        missing = []
+        for d in digests:
+            if d.size == 0 or d in seen:
+                continue
+            seen.add(d)
+            if not self._present(self._path(d), d):
+                missing.append(d)
+        return missing
+
+    def _touch(self, path: str, st: os.stat_result) -> os.stat_result:
+        now = time.time()
+        if st.st_mtime >= now - TOUCH_INTERVAL:
+            return st
+        try:
+            os.utime(path, (now, now))
+            st = os.stat(path)
+        except FileNotFoundError:  # evicted meanwhile: the next lookup reports it missing
+            return st
+        except PermissionError:  # a store shared read-only: the lease cannot be recorded
+            return st
+        with self._lock:
+            if path in self._verified:
+                self._verified[path] = (st.st_ino, st.st_mtime_ns)
+        return st
 
     def _open(self, digest: Digest) -> BinaryIO:
-        path = self.path_of(digest)
+        path = self._path(digest)
         try:
-            f = open(path, "rb")  # noqa: SIM115 (closed by the returned reader)
+            f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by the returned reader)
         except FileNotFoundError:
             raise BlobNotFound(digest) from None
-        if os.fstat(f.fileno()).st_size != digest.size:
+        st = os.fstat(f.fileno())
+        if st.st_size != digest.size:
             f.close()
             self.quarantine(digest)
-            raise CorruptBlob(digest, path)
-        self.on_accessed(digest)
-        return cast(BinaryIO, io.BufferedReader(_VerifyingReader(self, digest, f), CHUNK))
+            raise CorruptBlob(digest, Path(path))
+        self._touch(path, st)
+        return verifying_reader(digest, cast(BinaryIO, f), lambda: self._corrupt_read(digest))
 
-    def delete(self, digest: Digest) -> bool:
-        removed = False
-        for p in (self.path_of(digest), self._exec_path_of(digest)):
+    def _corrupt_read(self, digest: Digest) -> Exception:
+        self.quarantine(digest)
+        return CorruptBlob(digest, self.path_of(digest))
+
+    # Verification before hardlinking.
+
+    def _remember_verified(self, path: str, st: os.stat_result) -> None:
+        with self._lock:
+            if len(self._verified) >= _VERIFIED_MAX:
+                self._verified.clear()
+            self._verified[path] = (st.st_ino, st.st_mtime_ns)
+
+    def _check_file(self, path: str, digest: Digest) -> bool:
+        """Whether the file at `path` holds `digest`'s bytes (hashing it unless this
+        process already did for this inode and mtime). False if it is absent."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return False
+        st = self._touch(path, st)
+        if self._verified.get(path) == (st.st_ino, st.st_mtime_ns):
+            return True
+        if st.st_size == digest.size:
+            try:
+                h, size = fileio.hash_path(path, digest.function)
+            except FileNotFoundError:
+                return False
+            if (h, size) == (digest.hash, digest.size):
+                self._remember_verified(path, st)
+                return True
+        return self._corrupt(path, digest)
+
+    def _corrupt(self, path: str, digest: Digest) -> bool:
+        if path == self._exec_path(digest):
+            log.warning("removing modified executable copy %s of %s", path, digest)
             with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-                removed = True
-        return removed
-
-    def quarantine(self, digest: Digest) -> None:
-        log.error("removing corrupt blob %s from %s", digest, self.root)
-        self.delete(digest)
+                os.unlink(path)
+            return False
+        self.quarantine(digest)
+        raise CorruptBlob(digest, Path(path))
 
     def export_file(
         self, digest: Digest, dest: Path, *, executable: bool = False, link: bool = True
@@ -198,38 +355,92 @@ class DiskStore(BlobStore):
         if not link or digest.size == 0:
             super().export_file(digest, dest, executable=executable, link=False)
             return
-        src = self._exec_path_of(digest) if executable else self.path_of(digest)
-        if executable and not src.exists():
-            self._make_exec_twin(digest, src)
-        try:
-            os.link(src, dest)
-        except FileNotFoundError:
-            raise BlobNotFound(digest) from None
-        except OSError as e:
-            if e.errno not in (errno.EXDEV, errno.EMLINK, errno.EPERM):
-                raise
-            super().export_file(digest, dest, executable=executable, link=False)
-            return
-        self.on_accessed(digest)
+        # Two tries: an eviction or a tampered executable twin between check and link
+        # is repaired once (the twin is remade from the verified blob).
+        for _ in range(2):
+            if executable:
+                src = self._exec_path(digest)
+                if not self._check_file(src, digest):
+                    self._make_exec_twin(digest, src)
+            else:
+                src = self._path(digest)
+                if not self._check_file(src, digest):
+                    raise BlobNotFound(digest)
+            try:
+                os.link(src, dest)
+                return
+            except FileNotFoundError:
+                if not os.path.isdir(os.path.dirname(os.path.abspath(dest))):
+                    raise
+                continue
+            except OSError as e:
+                if e.errno not in (errno.EXDEV, errno.EMLINK, errno.EPERM):
+                    raise
+                break
+        super().export_file(digest, dest, executable=executable, link=False)
 
-    def _make_exec_twin(self, digest: Digest, twin: Path) -> None:
-        twin.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="x.")
+    def _make_exec_twin(self, digest: Digest, twin: str) -> None:
+        fd, tmp = self.new_temp("x" + digest.hash)
         try:
-            with os.fdopen(fd, "wb") as out, self.open(digest) as src:
-                shutil.copyfileobj(src, out, CHUNK)
-            os.chmod(name, 0o555)
-            os.replace(name, twin)
+            with self.open(digest) as src:
+                while chunk := src.read(CHUNK):
+                    fileio.write_all(fd, chunk)
+            os.fchmod(fd, 0o555)
+            if self.durable:
+                os.fsync(fd)
         except BaseException:
+            os.close(fd)
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
+                os.unlink(tmp)
             raise
+        os.close(fd)
+        self._ensure_parent(twin)
+        os.rename(tmp, twin)
+        self._remember_verified(twin, os.stat(twin))
 
-    def sweep_tmp(self) -> int:
-        """Remove uploads left behind by a crashed writer; returns how many."""
-        n = 0
-        for p in self.tmp_dir.iterdir():
+    # Removal and eviction.
+
+    def delete(self, digest: Digest) -> bool:
+        removed = False
+        for p in (self._path(digest), self._exec_path(digest)):
             with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-                n += 1
-        return n
+                os.unlink(p)
+                removed = True
+        return removed
+
+    def quarantine(self, digest: Digest) -> None:
+        log.error("removing corrupt blob %s from %s", digest, self.root)
+        self.delete(digest)
+
+    def _added(self, size: int) -> None:
+        if self.max_size is None:
+            return
+        with self._lock:
+            if self._approx_size is None:
+                self._approx_size = eviction.stat(self).total_bytes
+            self._approx_size += size
+            over = self._approx_size > self.max_size
+        if over:
+            try:
+                result = self.gc(target=self.max_size * 9 // 10)
+            except OSError as e:  # eviction is best effort; the write itself succeeded
+                log.warning("automatic gc of %s failed: %s", self.root, e)
+                return
+            with self._lock:
+                self._approx_size = result.after_bytes
+
+    def gc(self, max_size: int | None = None, *, target: int | None = None) -> eviction.GcResult:
+        """Evict LRU blobs outside the lease until the store holds at most `target`
+        bytes (default: `max_size`, default the store's bound)."""
+        bound = max_size if max_size is not None else self.max_size
+        return eviction.collect(self, bound if target is None else target)
+
+    def stat(self) -> eviction.StoreStats:
+        """Counts and sizes of what the store holds."""
+        return eviction.stat(self)
+
+    def sweep_tmp(self, older_than: float = eviction.STALE_TMP) -> int:
+        """Remove temp files older than `older_than` seconds (uploads left by a crashed
+        writer; a live upload is younger than any sensible age); returns how many."""
+
+        return eviction.sweep_tmp(self, older_than)

@@ -12,17 +12,37 @@ class CasError(Exception):
 
 
 class BlobNotFound(CasError):
-    def __init__(self, digest: Digest) -> None:
-        super().__init__(f"blob {digest} is not in the store")
+    """A blob the store does not hold; `where` says what needed it (e.g. a tree path)."""
+
+    def __init__(self, digest: Digest, *, where: str | None = None) -> None:
+        need = f" (needed for {where})" if where else ""
+        super().__init__(
+            f"blob {digest}{need} is not in the store; upload it (or the tree holding it) again"
+        )
         self.digest = digest
+        self.where = where
 
 
 class DigestMismatch(CasError):
-    def __init__(self, expected: Digest, actual: Digest) -> None:
-        what = "size" if expected.hash == actual.hash else "content"
-        super().__init__(
-            f"{what} does not match its digest: expected {expected}, the bytes hash to {actual}"
-        )
+    """Bytes that do not hash to the digest they were sent under; nothing was stored.
+
+    `actual` is the digest of the bytes received; with `truncated` the sender sent
+    more than `expected.size` and the rest was not read.
+    """
+
+    def __init__(self, expected: Digest, actual: Digest, *, truncated: bool = False) -> None:
+        if expected.size != actual.size:
+            got = f"more than {expected.size}" if truncated else str(actual.size)
+            msg = (
+                f"size does not match the digest: {expected} names {expected.size} bytes, "
+                f"got {got}; send the bytes the digest was computed from"
+            )
+        else:
+            msg = (
+                f"content does not match the digest: expected {expected}, the bytes hash to "
+                f"{actual}; recompute the digest or resend the data"
+            )
+        super().__init__(msg)
         self.expected = expected
         self.actual = actual
 

@@ -18,6 +18,7 @@ from rbs.cas.errors import BlobNotFound, DigestMismatch
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
 CHUNK = 1 << 20
+StrPath = str | os.PathLike[str]
 
 
 class Message(Protocol):
@@ -40,14 +41,10 @@ class BlobWriter(ABC):
 
     def write(self, data: bytes) -> None:
         if self.written + len(data) > self.expected.size:
-            raise DigestMismatch(
-                self.expected,
-                Digest(
-                    function=self.expected.function,
-                    hash="0" * 64,
-                    size=self.written + len(data),
-                ),
-            )
+            self._hasher.update(data)
+            self.written += len(data)
+            self.abort()
+            raise DigestMismatch(self.expected, self.actual(), truncated=True)
         self._hasher.update(data)
         self.written += len(data)
         self._write(data)
@@ -79,6 +76,42 @@ class BlobWriter(ABC):
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is not None:
+            self.abort()
+
+
+class Batch:
+    """Many puts made durable together; blobs become visible when the batch commits.
+
+    Used as a context manager: leaving the block normally commits every blob, an
+    exception discards them. This default forwards each put to the store at once;
+    the disk store overrides it to pay for durability once per batch, not per blob.
+    """
+
+    def __init__(self, store: BlobStore) -> None:
+        self.store = store
+
+    def put(self, data: bytes, *, function: DigestFunction = DEFAULT_FUNCTION) -> Digest:
+        return self.store.put(data, function=function)
+
+    def put_file(self, path: StrPath, *, function: DigestFunction = DEFAULT_FUNCTION) -> Digest:
+        return self.store.put_file(Path(path), function=function)
+
+    def put_message(self, msg: Message, function: DigestFunction = DEFAULT_FUNCTION) -> Digest:
+        return self.put(msg.SerializeToString(deterministic=True), function=function)
+
+    def commit(self) -> None:
+        """Make every blob of the batch durable and visible."""
+
+    def abort(self) -> None:
+        """Discard what the batch has not committed."""
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
             self.abort()
 
 
@@ -155,6 +188,10 @@ class BlobStore(ABC):
 
     def put_message(self, msg: Message, function: DigestFunction = DEFAULT_FUNCTION) -> Digest:
         return self.put(msg.SerializeToString(deterministic=True), function=function)
+
+    def batch(self) -> Batch:
+        """A batch of puts committed together (see `Batch`)."""
+        return Batch(self)
 
     def get_message(self, digest: Digest, msg: M) -> M:
         msg.ParseFromString(self.get(digest))

@@ -9,15 +9,20 @@ points outside the tree is materialized as that link and nothing is written thro
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.cas.errors import BlobNotFound, InvalidTree
-from rbs.cas.store import BlobStore
+from rbs.cas.store import Batch, BlobStore
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
+
+_PARALLEL_FROM = 64
+_THREADS = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +95,7 @@ def _insert(root: _Node, rel: str, entry: TreeEntry | None) -> None:
     node.files[leaf] = entry
 
 
-def _store_node(store: BlobStore, node: _Node, function: DigestFunction) -> Digest:
+def _store_node(puts: Batch, node: _Node, function: DigestFunction) -> Digest:
     msg = re_pb2.Directory()
     for name in sorted(node.files):
         e = node.files[name]
@@ -100,9 +105,9 @@ def _store_node(store: BlobStore, node: _Node, function: DigestFunction) -> Dige
             assert e.digest is not None
             msg.files.add(name=name, digest=to_proto(e.digest), is_executable=e.executable)
     for name in sorted(node.dirs):
-        child = _store_node(store, node.dirs[name], function)
+        child = _store_node(puts, node.dirs[name], function)
         msg.directories.add(name=name, digest=to_proto(child))
-    return store.put_message(msg, function)
+    return puts.put_message(msg, function)
 
 
 def build_tree(
@@ -113,6 +118,13 @@ def build_tree(
 ) -> Digest:
     """Store the Directory messages for `entries` (relative path -> leaf, or None for an
     empty directory) and return the root digest. File blobs must already be stored."""
+    with store.batch() as puts:
+        return _build(puts, entries, function)
+
+
+def _build(
+    puts: Batch, entries: Mapping[str, TreeEntry | None], function: DigestFunction
+) -> Digest:
     root = _Node()
     for rel, entry in entries.items():
         if entry is not None and entry.digest is not None and entry.digest.function != function:
@@ -120,20 +132,53 @@ def build_tree(
                 f"{rel!r} has a {entry.digest.function.value} digest in a {function.value} tree"
             )
         _insert(root, rel, entry)
-    return _store_node(store, root, function)
+    return _store_node(puts, root, function)
 
 
-def _scan(path: Path, rel: str, store: BlobStore, function: DigestFunction) -> TreeEntry | None:
-    st = os.lstat(path)
+def _leaf(puts: Batch, full: str, rel: str, function: DigestFunction) -> TreeEntry | None:
+    """The tree entry for one path (None: a directory), storing a file's bytes."""
+    st = os.lstat(full)
     if stat.S_ISLNK(st.st_mode):
-        return TreeEntry(symlink=os.readlink(path))
+        return TreeEntry(symlink=os.readlink(full))
     if stat.S_ISREG(st.st_mode):
-        return TreeEntry(
-            digest=store.put_file(path, function=function), executable=bool(st.st_mode & 0o111)
-        )
+        digest = puts.put_file(full, function=function)
+        return TreeEntry(digest=digest, executable=bool(st.st_mode & 0o111))
     if stat.S_ISDIR(st.st_mode):
         return None
-    raise InvalidTree(f"{rel!r} at {path} is not a regular file, directory or symlink")
+    raise InvalidTree(
+        f"{rel!r} at {full} is not a regular file, directory or symlink; "
+        "remove it or leave it out of the selection"
+    )
+
+
+def _walk(root: str, prefix: str, out: list[tuple[str, str]]) -> None:
+    """(relative path, full path) of everything under `root`/`prefix`, not following
+    symlinks; a directory is listed only when empty (its files imply the rest)."""
+    with os.scandir(f"{root}/{prefix}" if prefix else root) as it:
+        entries = list(it)
+    if not entries and prefix:
+        out.append((prefix.rstrip("/"), f"{root}/{prefix}"))
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            _walk(root, f"{prefix}{e.name}/", out)
+        else:
+            out.append((prefix + e.name, e.path))
+
+
+def _check_parents(root: Path, rel: str, checked: set[str]) -> None:
+    """Refuse a selected path reached through a symlinked folder: the tree would
+    otherwise store files from outside `root`."""
+    parts = split_path(rel)[:-1]
+    for i in range(len(parts)):
+        sub = "/".join(parts[: i + 1])
+        if sub in checked:
+            continue
+        if os.path.islink(root / sub):
+            raise InvalidTree(
+                f"{rel!r} lies under {sub!r}, a symlink: a tree stores symlinks as links and "
+                "never reads through them; select the link itself or the real path"
+            )
+        checked.add(sub)
 
 
 def tree_from_path(
@@ -144,25 +189,43 @@ def tree_from_path(
     select: Iterable[str] | None = None,
 ) -> Digest:
     """Store the tree rooted at `path` (all of it, or only the relative paths in
-    `select`) with every file blob, and return the root Directory digest."""
+    `select`) with every file blob, and return the root Directory digest.
+
+    Blobs are written in one batch (durable together, see `Batch`), so a large tree
+    pays for the disk's sync latency a few times instead of once per file."""
     path = Path(path)
     if not path.is_dir():
-        raise InvalidTree(f"{path} is not a directory")
-    entries: dict[str, TreeEntry | None] = {}
-    if select is not None:
-        for rel in select:
-            entries[rel] = _scan(path / rel, rel, store, function)
+        raise InvalidTree(f"{path} is not a directory; give the folder to store as a tree")
+    root = str(path)
+    found: list[tuple[str, str]] = []
+    if select is None:
+        _walk(root, "", found)
     else:
-        for dirpath, dirnames, filenames in os.walk(path):
-            base = os.path.relpath(dirpath, path)
-            for name in dirnames + filenames:
-                rel = name if base == "." else f"{base}/{name}"
-                full = Path(dirpath) / name
-                if name in dirnames and full.is_symlink():
-                    entries[rel] = TreeEntry(symlink=os.readlink(full))
-                else:
-                    entries[rel] = _scan(full, rel, store, function)
-    return build_tree(store, entries, function=function)
+        checked: set[str] = set()
+        for rel in select:
+            _check_parents(path, rel, checked)
+            found.append((rel, f"{root}/{rel}"))
+    with store.batch() as puts:
+
+        def leaf(item: tuple[str, str]) -> TreeEntry | None:
+            rel, full = item
+            try:
+                return _leaf(puts, full, rel, function)
+            except FileNotFoundError:
+                raise InvalidTree(
+                    f"{rel!r} does not exist under {path}; it was selected or listed but "
+                    "is gone (was it deleted while the tree was being stored?)"
+                ) from None
+
+        # Storing a small file is mostly waiting on system calls, which release the
+        # GIL: a few threads keep both the CPU and the file system busy.
+        if len(found) >= _PARALLEL_FROM:
+            with ThreadPoolExecutor(_THREADS, thread_name_prefix="rbs-tree") as pool:
+                leaves = list(pool.map(leaf, found, chunksize=64))
+        else:
+            leaves = [leaf(item) for item in found]
+        entries = {rel: e for (rel, _), e in zip(found, leaves, strict=True)}
+        return _build(puts, entries, function)
 
 
 def read_directory(store: BlobStore, digest: Digest) -> re_pb2.Directory:
@@ -213,15 +276,33 @@ def collect_directories(store: BlobStore, root: Digest) -> list[re_pb2.Directory
 
 def materialize(store: BlobStore, root: Digest, dest: Path, *, link: bool = True) -> None:
     """Recreate the tree under `dest` (created if needed; existing entries are an error).
-    Files are hardlinked from the store where it can (`link`), else copied."""
+
+    Files are hardlinked from the store where it can (`link`), else copied; symlinks
+    are created as links and never written through. If `dest` did not exist and the
+    tree cannot be fully materialized (a blob is missing, a name is hostile), `dest`
+    is removed again, so a failure leaves nothing half made."""
     dest = Path(dest)
+    created = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
-    for rel, entry in walk_tree(store, root):
-        target = dest / rel
-        if entry is None:
-            target.mkdir()
-        elif entry.symlink is not None:
-            os.symlink(entry.symlink, target)
-        else:
-            assert entry.digest is not None
-            store.export_file(entry.digest, target, executable=entry.executable, link=link)
+    try:
+        for rel, entry in walk_tree(store, root):
+            target = dest / rel
+            try:
+                if entry is None:
+                    target.mkdir()
+                elif entry.symlink is not None:
+                    os.symlink(entry.symlink, target)
+                else:
+                    assert entry.digest is not None
+                    store.export_file(entry.digest, target, executable=entry.executable, link=link)
+            except FileExistsError:
+                raise FileExistsError(
+                    f"cannot materialize {root} into {dest}: {rel!r} already exists there; "
+                    "materialize into an empty or new folder"
+                ) from None
+            except BlobNotFound as e:
+                raise BlobNotFound(e.digest, where=f"{rel!r} of tree {root}") from None
+    except BaseException:
+        if created:
+            shutil.rmtree(dest, ignore_errors=True)
+        raise
