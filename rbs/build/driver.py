@@ -84,6 +84,7 @@ def _analysis(
     dirs = ws.walked_dirs if ws._packages is not None else sorted({p for p in loader.packages})
     deps.update(d or "." for d in dirs)
     deps.update(d or "." for d in loader.packages)
+    deps.update(loader.dirs_read)
     deps.add("WORKSPACE" if (root / "WORKSPACE").exists() else "WORKSPACE.bazel")
     save_analysis(root, request, deps, (labels, graph))
     return labels, graph, False

@@ -64,6 +64,7 @@ class Loader:
         self.packages: dict[str, Package] = {}
         self.files_read: dict[str, Path] = {}  # display path -> file (for the state cache)
         self.globbed: set[str] = set()  # packages whose folder listing was used
+        self.dirs_read: list[str] = []  # folders listed (by glob or file lookups)
         self._loading: list[Label] = []
         self._current: Package | None = None
         self._pending_rules: dict[Label, list[str]] = {}
@@ -254,7 +255,7 @@ class Loader:
     def files_of(self, package: str) -> list[str]:
         files = self._file_lists.get(package)
         if files is None:
-            files = package_files(self.ws, package)
+            files = package_files(self.ws, package, dirs=self.dirs_read)
             self._file_lists[package] = files
         return files
 

@@ -170,11 +170,18 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
-def package_files(ws: Workspace, package: str, repo: str = "") -> list[str]:
-    """Files of a package (relative to it), not descending into subpackages."""
+def package_files(
+    ws: Workspace, package: str, repo: str = "", *, dirs: list[str] | None = None
+) -> list[str]:
+    """Files of a package (relative to it), not descending into subpackages.
+
+    Every folder looked at is appended to `dirs` (workspace-relative): adding or
+    removing a file changes its folder's stat data, which invalidates cached loading."""
     base = ws.repo_root(repo) / package if package else ws.repo_root(repo)
     files: list[str] = []
     for dirpath, dirnames, filenames in os.walk(base):
+        if dirs is not None:
+            dirs.append(os.path.relpath(dirpath, ws.root).replace(os.sep, "/"))
         rel = os.path.relpath(dirpath, base)
         rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
         keep = []

@@ -248,3 +248,16 @@ def test_library_call_returns_outputs_and_runfiles_in_the_store(make_ws: MakeWs)
     assert walked == set(main.runfiles)
     cfg = arts[Label(package="app", name="cfg")].files["app/cfg.json"]
     assert cfg.digest is not None and store.get(cfg.digest) == b"{}\n"
+
+
+def test_new_file_in_a_globbed_subfolder_is_seen(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "pkg/BUILD": 'genrule(name = "all", srcs = glob(["**/*.txt"]), outs = ["all.out"], cmd = "cat $(SRCS) > $@")\n',
+            "pkg/d/a.txt": "a\n",
+        }
+    )
+    assert build(root, "//pkg:all").ok
+    (root / "pkg/d/b.txt").write_text("b\n")
+    r = build(root, "//pkg:all")
+    assert not r.analysis_cached and out(root, "pkg/all.out") == "a\nb\n"
