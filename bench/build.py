@@ -104,10 +104,13 @@ def main() -> None:
             load.append(loading_time(ws))
         med = statistics.median
         print(
-            f"workspace: {n} genrule targets in {args.packages + 1} packages, -j {args.jobs}, {args.runs} runs"
+            f"workspace: {n} genrule targets in {args.packages + 1} packages, -j {args.jobs}, "
+            f"{args.runs} runs, load average {load_avg:.1f} -> {os.getloadavg()[0]:.1f} "
+            f"on {os.cpu_count()} cores"
         )
         print(
-            f"clean build:            median {med(clean):.2f} s  ({1000 * med(clean) / n:.1f} ms per action)"
+            f"clean build:            median {med(clean):.2f} s  ({1000 * med(clean) / n:.1f} ms "
+            f"per action; {1000 * med(clean_cpu) / n:.1f} ms CPU per action)"
         )
         print(f"no-op rebuild (fresh):  median {med(noop):.3f} s")
         print(f"edit one leaf, rebuild: median {med(leaf):.3f} s")
