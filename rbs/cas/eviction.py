@@ -121,7 +121,8 @@ def lease_start(store: DiskStore, now: float) -> float:
 
     # Touches are throttled, so a blob used just now may show a mtime up to
     # TOUCH_INTERVAL old: the lease is extended by that much to stay a guarantee.
-    return now - store.lease - TOUCH_INTERVAL
+    # A lease of zero promises nothing, so it gets no extension either.
+    return now - store.lease - (TOUCH_INTERVAL if store.lease > 0 else 0.0)
 
 
 def stat(store: DiskStore, now: float | None = None) -> StoreStats:
