@@ -57,12 +57,17 @@ class _BlobSink:
 
 
 class _StreamingUpload:
-    """A large upload: chunks coalesced, then hashed and written in a worker thread."""
+    """A large upload: chunks coalesced, then hashed and written in a worker thread.
+
+    One write is in flight while the next chunk arrives, so receiving overlaps with
+    hashing and writing; at most two chunks are held in memory.
+    """
 
     def __init__(self, writer: BlobWriter, compressed: bool) -> None:
         self.writer = writer
         self._pending: list[bytes] = []
         self._pending_size = 0
+        self._in_flight: asyncio.Future[None] | None = None
         self._zstd = (
             zstandard.ZstdDecompressor().stream_writer(
                 cast(IO[bytes], _BlobSink(writer)), write_size=CHUNK
@@ -90,13 +95,50 @@ class _StreamingUpload:
             await self.flush()
 
     async def flush(self) -> None:
+        await self._wait()
         if self._pending:
             chunks, self._pending, self._pending_size = self._pending, [], 0
-            await asyncio.to_thread(self._write_sync, chunks)
+            loop = asyncio.get_running_loop()
+            self._in_flight = loop.run_in_executor(None, self._write_sync, chunks)
+
+    async def _wait(self) -> None:
+        if self._in_flight is not None:
+            # Shielded: a cancelled call must not mark the thread's work done while it
+            # still runs, or abort() would close the file under it.
+            await asyncio.shield(self._in_flight)
+            self._in_flight = None
 
     async def commit(self) -> None:
         await self.flush()
-        await asyncio.to_thread(self.writer.commit)
+        await self._wait()
+        self._in_flight = asyncio.get_running_loop().run_in_executor(None, self._commit_sync)
+        await self._wait()
+
+    def _commit_sync(self) -> None:
+        self.writer.commit()
+
+    def _abort_after(self, write: asyncio.Future[None]) -> None:
+        if not write.cancelled():
+            write.exception()  # retrieved, so asyncio does not log it: the call failed anyway
+        self.writer.abort()
+
+    async def discard(self) -> None:
+        """Abort after the write in flight ends, so nothing is left when the call fails."""
+        try:
+            await self._wait()
+        except asyncio.CancelledError:
+            self.abort()
+            raise
+        except Exception:
+            pass  # the call is failing already; the write's own error adds nothing
+        self.writer.abort()
+
+    def abort(self) -> None:
+        """Discard the upload, once any write still running in a thread has finished."""
+        if self._in_flight is not None and not self._in_flight.done():
+            self._in_flight.add_done_callback(self._abort_after)
+        else:
+            self.writer.abort()
 
 
 class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
@@ -247,8 +289,9 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
                     buf += req.data
                 elif req.data:
                     if upload is None:
-                        writer = await asyncio.to_thread(self.store.writer, digest)
-                        upload = _StreamingUpload(writer, compressed)
+                        # Inline: creating a temp file is one cheap syscall, and a writer
+                        # made in a thread could be lost if the call is cancelled meanwhile.
+                        upload = _StreamingUpload(self.store.writer(digest), compressed)
                     await upload.feed(req.data)
                 if req.finish_write:
                     break
@@ -264,10 +307,14 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
                 raise InvalidRequest(f"upload of {digest} finished with no data; nothing stored")
             else:
                 await upload.commit()
-        except BaseException:
-            # Covers bad data, cancelled calls and server shutdown alike.
+        except asyncio.CancelledError:
+            # The client went away or the server is stopping: no awaiting now.
             if upload is not None:
-                upload.writer.abort()
+                upload.abort()
+            raise
+        except Exception:
+            if upload is not None:
+                await upload.discard()
             raise
         return bs_pb2.WriteResponse(committed_size=received)
 

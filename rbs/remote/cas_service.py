@@ -25,7 +25,12 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc
 from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch
 from rbs.cas.store import BlobStore
 from rbs.model import Digest, DigestFunction
-from rbs.remote.convert import digest_from_proto, digest_to_proto, request_function
+from rbs.remote.convert import (
+    digest_from_proto,
+    digest_to_proto,
+    digests_from_proto,
+    request_function,
+)
 from rbs.remote.errors import InvalidRequest, NotFound, code_of, rpc_errors, status_of
 from rbs.remote.instances import Instances
 
@@ -87,10 +92,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         self.instances.check(request.instance_name)
         first = request.blob_digests[0] if request.blob_digests else None
         fn = request_function(request.digest_function, first)
-        digests = [
-            digest_from_proto(d, fn, f"blob_digests[{i}]")
-            for i, d in enumerate(request.blob_digests)
-        ]
+        digests = digests_from_proto(request.blob_digests, fn, "blob_digests")
         if len(digests) <= _INLINE_DIGESTS:
             missing = self.store.find_missing(digests)
         else:

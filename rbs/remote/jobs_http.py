@@ -406,7 +406,9 @@ async def start_http(api: JobsApi, host: str, port: int) -> web.AppRunner:
     """Serve the jobs API on host:port; raises OSError when the port is taken."""
     runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=False, reuse_port=False)
+    # SO_REUSEADDR lets a restarted server bind while the old one's connections sit in
+    # TIME_WAIT; on Linux it never lets two servers listen on one port (that is REUSEPORT).
+    site = web.TCPSite(runner, host, port, reuse_address=True, reuse_port=False)
     try:
         await site.start()
     except OSError:

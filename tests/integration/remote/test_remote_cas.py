@@ -85,7 +85,7 @@ def test_find_missing_many(channel: grpc.Channel) -> None:
         (re_pb2.Digest(hash="xyz", size_bytes=1), 0, "malformed hash"),
         (re_pb2.Digest(hash="A" * 64, size_bytes=1), 0, "lowercase hex"),
         (re_pb2.Digest(hash="a" * 40, size_bytes=1), 0, "SHA1"),
-        (re_pb2.Digest(hash="a" * 64, size_bytes=-5), 0, "negative size"),
+        (re_pb2.Digest(hash="a" * 64, size_bytes=-5), 0, "negative"),
         (re_pb2.Digest(hash="a" * 64, size_bytes=1), DF.SHA1, "SHA256, BLAKE3"),
         (re_pb2.Digest(hash="a" * 64, size_bytes=1), 77, "not supported"),
     ],

@@ -1,0 +1,231 @@
+"""Benchmark the REAPI cache server over loopback and print figures (medians).
+
+    .venv/bin/python bench/remote.py                 # everything (1 GiB blob, 300 genrules)
+    .venv/bin/python bench/remote.py --blob-mib 256 --genrules 100 --no-bazel
+
+Figures: ByteStream upload/download of one large blob (MB/s, and the server's peak
+RSS to show it streams in constant memory); FindMissingBlobs for 10,000 digests
+(ms); a small (100-byte) ByteStream Write and Read round trip (ms); and Bazel's
+clean-then-rebuild of a generated genrule workspace served from the rbs cache
+(seconds, and as a ratio to Bazel's own local build of it in the same run).
+The server runs as a separate `rbs remote serve` process, as in production.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from rbs._proto.google.bytestream import bytestream_pb2 as bs_pb2
+from rbs._proto.google.bytestream import bytestream_pb2_grpc as bs_grpc
+from rbs.model import Digest, DigestFunction
+from rbs.remote.client import RemoteStore, connect
+from rbs.remote.resource_names import format_read_name, format_write_name
+
+SHA = DigestFunction.SHA256
+
+
+def start_server(data_dir: Path) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rbs", "remote", "serve", "--port", "0"]
+        + ["--data-dir", str(data_dir), "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    line = proc.stdout.readline() if ready else ""
+    m = re.search(r"serving on [\d.]+:(\d+)", line)
+    if not m:
+        proc.kill()
+        raise SystemExit(f"server did not start: {line!r}")
+    return proc, int(m[1])
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def bench_large_blob(store: RemoteStore, tmp: Path, mib: int, server_pid: int) -> None:
+    path = tmp / "large.bin"
+    block = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for i in range(mib):
+            # Distinct blocks, so nothing about the blob is trivially compressible.
+            f.write(i.to_bytes(8, "little") + block[8:])
+    digest = Digest.of(b"", SHA)
+    h = SHA.hasher()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    digest = Digest(function=SHA, hash=h.hexdigest(), size=mib << 20)
+    rss_before = peak_rss_mib(server_pid)
+    up = timed(lambda: store.put_file(path, expected=digest))
+    path.unlink()
+
+    def download() -> None:
+        with store.open(digest) as f:  # verifies the digest as it reads
+            while f.read(1 << 20):
+                pass
+
+    down = timed(download)
+    size_mb = (mib << 20) / 1e6
+    print(f"ByteStream upload   {mib} MiB: {size_mb / up:8.0f} MB/s  ({up:.2f} s)")
+    print(f"ByteStream download {mib} MiB: {size_mb / down:8.0f} MB/s  ({down:.2f} s)")
+    print(
+        f"server peak RSS: {rss_before:.0f} MiB before, {peak_rss_mib(server_pid):.0f} MiB "
+        f"after moving {mib} MiB each way"
+    )
+
+
+def bench_find_missing(store: RemoteStore) -> None:
+    present = store.put_blobs([f"present {i}".encode() for i in range(5000)], SHA)
+    absent = [Digest.of(f"absent {i}".encode(), SHA) for i in range(5000)]
+    digests = present + absent
+    runs = [timed(lambda: store.find_missing(digests)) for _ in range(7)]
+    assert len(store.find_missing(digests)) == 5000
+    print(
+        f"FindMissingBlobs 10,000 digests (half present): {statistics.median(runs) * 1e3:6.1f} ms"
+    )
+
+
+def bench_small_round_trips(target: str) -> None:
+    with connect(target) as ch:
+        bs = bs_grpc.ByteStreamStub(ch)
+        writes, reads = [], []
+        for i in range(300):
+            data = f"small blob {i} ".encode() * 7
+            d = Digest.of(data, SHA)
+            req = bs_pb2.WriteRequest(
+                resource_name=format_write_name("", str(uuid.uuid4()), d),
+                data=data,
+                finish_write=True,
+            )
+            writes.append(timed(lambda req=req: bs.Write(iter([req]))))  # type: ignore[misc]
+            rreq = bs_pb2.ReadRequest(resource_name=format_read_name("", d))
+            reads.append(timed(lambda rreq=rreq: list(bs.Read(rreq))))  # type: ignore[misc]
+    print(
+        f"small ByteStream round trip ({len(data)} B): write {statistics.median(writes) * 1e3:.2f} ms, "
+        f"read {statistics.median(reads) * 1e3:.2f} ms"
+    )
+
+
+class Bazel:
+    def __init__(self, bazel: str, ws: Path, root: Path) -> None:
+        self.bazel = bazel
+        self.ws = ws
+        self.startup = [f"--output_user_root={root / 'bazel-root'}", "--max_idle_secs=300"]
+        self.env = {**os.environ, "HOME": str(root)}
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run(
+            [self.bazel, *self.startup, *args],
+            cwd=self.ws,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if r.returncode != 0:
+            raise SystemExit(f"bazel {' '.join(args)} failed:\n{r.stderr[-3000:]}")
+        return r
+
+    def clean_build(self, *flags: str) -> tuple[float, str]:
+        self.run("clean")
+        t = time.perf_counter()
+        r = self.run(
+            "build",
+            "--experimental_repository_disable_download",
+            "--incompatible_strict_action_env",
+            "--spawn_strategy=local",
+            *flags,
+            "//...",
+        )
+        m = re.search(r"INFO: (\d+ process.*)", r.stderr)
+        return time.perf_counter() - t, m[1] if m else ""
+
+
+def bench_bazel(port: int, tmp: Path, genrules: int, runs: int) -> None:
+    bazel_bin = shutil.which("bazel")
+    if bazel_bin is None:
+        print("bazel: not installed (make system-deps); skipped")
+        return
+    ws = tmp / "ws"
+    ws.mkdir()
+    (ws / "WORKSPACE").write_text("")
+    (ws / ".bazelrc").write_text("build --nosandbox_debug\n")
+    (ws / "BUILD").write_text(
+        "".join(
+            f'genrule(name = "g{i}", outs = ["g{i}.txt"], cmd = "echo {i} > $@")\n'
+            for i in range(genrules)
+        )
+    )
+    bazel = Bazel(bazel_bin, ws, tmp)
+    remote = f"--remote_cache=grpc://127.0.0.1:{port}"
+    try:
+        bazel.clean_build()  # starts Bazel's server; not measured
+        local = [bazel.clean_build()[0] for _ in range(runs)]
+        bazel.clean_build(remote)  # fills the cache
+        cached = []
+        for _ in range(runs):
+            seconds, summary = bazel.clean_build(remote)
+            cached.append(seconds)
+            if f"{genrules} remote cache hit" not in summary:
+                raise SystemExit(f"expected {genrules} remote cache hits, got: {summary}")
+    finally:
+        subprocess.run([bazel_bin, *bazel.startup, "shutdown"], cwd=ws, env=bazel.env, timeout=120)
+    lm, cm = statistics.median(local), statistics.median(cached)
+    print(f"Bazel {genrules} genrules, clean build, local:            {lm:6.2f} s")
+    print(
+        f"Bazel {genrules} genrules, clean rebuild from rbs cache:  {cm:6.2f} s  "
+        f"({cm / lm:.2f}x the local build; {summary})"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--blob-mib", type=int, default=1024, help="large blob size in MiB")
+    ap.add_argument("--genrules", type=int, default=300)
+    ap.add_argument("--bazel-runs", type=int, default=3)
+    ap.add_argument("--no-bazel", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rbs-bench-remote-") as tmp_name:
+        tmp = Path(tmp_name)
+        proc, port = start_server(tmp / "server")
+        try:
+            target = f"grpc://127.0.0.1:{port}"
+            with connect(target) as ch:
+                store = RemoteStore(ch)
+                bench_small_round_trips(target)
+                bench_find_missing(store)
+                bench_large_blob(store, tmp, args.blob_mib, proc.pid)
+            if not args.no_bazel:
+                bench_bazel(port, tmp, args.genrules, args.bazel_runs)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()
