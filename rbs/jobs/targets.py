@@ -149,12 +149,17 @@ def _tree_blobs(store: Any, root: Digest) -> list[Digest]:
 
 
 def stage_manifest_inputs(
-    client: JobsClient, manifest: JobManifest, *, source: Path | None = None
+    client: JobsClient,
+    manifest: JobManifest,
+    *,
+    source: Path | None = None,
+    cwd: Path | None = None,
 ) -> int:
     """Make sure the cluster holds the manifest's input tree; returns the blobs uploaded.
 
     The tree is read from the build store of the workspace around `source` (the
-    manifest file) or the current folder; only blobs the cluster lacks are sent.
+    manifest file) or of `cwd` (default: the current folder); only blobs the cluster
+    lacks are sent.
     """
     from rbs.jobs.http import HttpError
     from rbs.jobs.staging import find_missing, upload
@@ -162,7 +167,9 @@ def stage_manifest_inputs(
     root = manifest.input_root
     if root is None:
         return 0
-    stores = [s for s in (_local_store(p) for p in _starts(source)) if s is not None]
+    starts = [source.resolve().parent] if source is not None else []
+    starts.append(cwd or Path.cwd())
+    stores = [s for s in (_local_store(p) for p in starts) if s is not None]
     store = next((s for s in stores if s.contains(root)), None)
     try:
         if store is None:
@@ -190,11 +197,6 @@ def stage_manifest_inputs(
             file=sys.stderr,
         )
     return len(missing)
-
-
-def _starts(source: Path | None) -> list[Path]:
-    out = [source.resolve().parent] if source is not None else []
-    return [*out, Path.cwd()]
 
 
 def check_queue(client: JobsClient, manifest: JobManifest, provenance: Mapping[str, str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from jobtarget_ws import PRELUDE, Analyze, write_ws
+from jobrule_ws import PRELUDE, Analyze, write_ws
 
 from rbs.build.api import load_and_analyze
 from rbs.build.jobtarget import JobTarget, job_targets

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from jobtarget_ws import Analyze, write_ws
+from jobrule_ws import Analyze, write_ws
 
 from rbs.build.api import load_and_analyze
 from rbs.build.errors import BuildError
