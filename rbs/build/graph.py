@@ -9,6 +9,22 @@ from typing import Any
 from rbs.build.errors import Location
 from rbs.build.labels import Label
 
+
+def _new(cls: type[Any], values: tuple[Any, ...]) -> Any:
+    """Rebuild a frozen slots dataclass from its field values without re-validating.
+
+    Pickling these through dataclasses' default state protocol costs ~10 us per object;
+    a cached analysis holds tens of thousands of them and is loaded on every rebuild."""
+    obj = object.__new__(cls)
+    for name, value in zip(cls.__slots__, values, strict=True):
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _reduce(self: Any) -> tuple[Any, ...]:
+    return (_new, (type(self), tuple(getattr(self, n) for n in type(self).__slots__)))
+
+
 # Generated files live under the same exec-root-relative folder as in Bazel, so that
 # $(location), $@ and $(RULEDIR) expand to the same text and genrule outputs that embed
 # paths are byte-identical to Bazel's.
@@ -19,6 +35,8 @@ DEFAULT_PATH = "/bin:/usr/bin:/usr/local/bin"
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)
 class File:
     """A source or generated file, named by its path relative to the exec root."""
+
+    __reduce__ = _reduce
 
     path: str
     short_path: str
@@ -50,6 +68,8 @@ class ActionSpec:
     "copy" (an output that is a byte copy of one input, e.g. sh_binary's script).
     """
 
+    __reduce__ = _reduce
+
     kind: str
     mnemonic: str
     owner: Label
@@ -72,6 +92,8 @@ class ActionSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TargetInfo:
     """What analysis knows about one target: its outputs and providers."""
+
+    __reduce__ = _reduce
 
     label: Label
     kind: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from rbs.build.errors import BuildError
 
@@ -24,6 +25,10 @@ class Label:
         _check_package(self.package, str(self))
         _check_name(self.name, str(self))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Labels in a cached analysis were checked when parsed; skip the checks on load.
+        return (_unchecked_label, (self.repo, self.package, self.name))
+
     def __str__(self) -> str:
         repo = f"@{self.repo}" if self.repo else ""
         return f"{repo}//{self.package}:{self.name}"
@@ -35,6 +40,14 @@ class Label:
     def path(self) -> str:
         """The file this label names, relative to its repository root."""
         return f"{self.package}/{self.name}" if self.package else self.name
+
+
+def _unchecked_label(repo: str, package: str, name: str) -> Label:
+    obj = object.__new__(Label)
+    object.__setattr__(obj, "repo", repo)
+    object.__setattr__(obj, "package", package)
+    object.__setattr__(obj, "name", name)
+    return obj
 
 
 def _check_package(package: str, text: str) -> None:
