@@ -261,3 +261,25 @@ def test_new_file_in_a_globbed_subfolder_is_seen(make_ws: MakeWs) -> None:
     (root / "pkg/d/b.txt").write_text("b\n")
     r = build(root, "//pkg:all")
     assert not r.analysis_cached and out(root, "pkg/all.out") == "a\nb\n"
+
+
+def test_noop_in_a_fresh_process_loads_no_starlark_protobuf_or_store(make_ws: MakeWs) -> None:
+    import sys
+
+    root = make_ws(CHAIN)
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from rbs.build.driver import BuildOptions, run_build\n"
+        f"r = run_build(Path({str(root)!r}), ['//...'], options=BuildOptions(jobs=2))\n"
+        "heavy = [m for m in ('starlark', 'google.protobuf', 'rbs.cas.disk') if m in sys.modules]\n"
+        "print(r.up_to_date, r.report.executed, heavy)\n"
+    )
+
+    def fresh() -> str:
+        res = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        )
+        return res.stdout.strip()
+
+    assert fresh().startswith("False 4")
+    assert fresh() == "True 0 []"
