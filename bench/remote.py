@@ -39,8 +39,10 @@ SHA = DigestFunction.SHA256
 
 def start_server(data_dir: Path) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rbs", "remote", "serve", "--port", "0"]
-        + ["--data-dir", str(data_dir), "--log-level", "warning"],
+        [
+            *(sys.executable, "-m", "rbs", "remote", "serve", "--port", "0"),
+            *("--data-dir", str(data_dir), "--log-level", "warning"),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

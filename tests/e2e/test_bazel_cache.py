@@ -36,8 +36,10 @@ class Server:
 
 def _start_server(tmp: Path, *extra: str) -> Server:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rbs", "remote", "serve", "--port", "0"]
-        + ["--data-dir", str(tmp / "server"), "--log-level", "warning", *extra],
+        [
+            *(sys.executable, "-m", "rbs", "remote", "serve", "--port", "0"),
+            *("--data-dir", str(tmp / "server"), "--log-level", "warning", *extra),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -62,7 +64,9 @@ def _stop_server(server: Server) -> None:
         server.proc.kill()
         server.proc.wait(timeout=10)
         pytest.fail("server did not stop within 20 s of SIGTERM")
-    assert rc == 0, f"server exited with {rc}: {server.proc.stderr.read() if server.proc.stderr else ''}"
+    assert rc == 0, (
+        f"server exited with {rc}: {server.proc.stderr.read() if server.proc.stderr else ''}"
+    )
 
 
 def _workspace(root: Path) -> Path:
