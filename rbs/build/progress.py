@@ -84,6 +84,7 @@ class RichProgress(Listener):
         with self._lock:
             self.running.pop(id(failure.spec), None)
             self.done += 1
+            self.live.update(self._render())
             self.console.print(
                 f"[red]FAILED[/red]: {failure.spec.describe()}: {failure.message}",
                 markup=True,

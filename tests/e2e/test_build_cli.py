@@ -82,3 +82,67 @@ def test_user_errors_are_one_clear_message(ws: Path) -> None:
     )
     r3 = rbs(ws.parent, "build", "//greet/...")
     assert r3.returncode == 1 and "no WORKSPACE" in r3.stderr
+
+
+GENRULES = {
+    "pkg/in.txt": "one\ntwo\n",
+    "pkg/BUILD": (
+        'genrule(name = "a", srcs = ["in.txt"], outs = ["a.txt"],\n'
+        '        cmd = "cat $< > $@; echo $@ $< $(RULEDIR) $(@D) $(SRCS) $(OUTS) $(location in.txt) >> $@")\n'
+        'genrule(name = "b", srcs = [":a.txt", "in.txt"], outs = ["b1.txt", "b2.txt"],\n'
+        '        cmd = "echo $(SRCS) $(@D) $(locations :a.txt) $(execpath :a.txt) $(rootpath :a.txt) > $(location b1.txt); '
+        'sort $(SRCS) | uniq -c > $(location b2.txt)")\n'
+        'filegroup(name = "fg", srcs = [":b", "in.txt"])\n'
+        'genrule(name = "c", srcs = [":fg", "//lib:l"], outs = ["c.txt"],\n'
+        "        cmd = \"ls $(SRCS) > $@; pwd | sed 's|.*/execroot/||' >> $@; echo $(BINDIR) $(GENDIR) $(COMPILATION_MODE) >> $@\")\n"
+    ),
+    "lib/BUILD": 'genrule(name = "l", outs = ["l.txt"], cmd = "echo lib > $@", visibility = ["//visibility:public"])\n',
+}
+
+
+@pytest.mark.bazel
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_genrule_outputs_are_byte_identical_to_bazels(tmp_path: Path) -> None:
+    bazel = shutil.which("bazel")
+    if bazel is None:
+        pytest.skip("bazel is not installed (make test installs Debian's bazel-bootstrap)")
+    ws = tmp_path / "ws"
+    for rel, text in {**GENRULES, "WORKSPACE": "", ".bazelrc": "build --nosandbox_debug\n"}.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+    root = ["--output_user_root", str(tmp_path / "bazel-root")]
+    try:
+        res = subprocess.run(
+            [
+                bazel,
+                *root,
+                "build",
+                "--experimental_repository_disable_download",
+                "--incompatible_strict_action_env",
+                "//...",
+            ],
+            cwd=ws,
+            capture_output=True,
+            text=True,
+            timeout=540,
+            check=False,
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        bazel_bin = Path(
+            subprocess.run(
+                [bazel, *root, "info", "bazel-bin"],
+                cwd=ws,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+    finally:
+        subprocess.run(
+            [bazel, *root, "shutdown"], cwd=ws, capture_output=True, timeout=120, check=False
+        )
+    r = rbs(ws, "build", "//...")
+    assert r.returncode == 0, r.stderr
+    for rel in ("pkg/a.txt", "pkg/b1.txt", "pkg/b2.txt", "pkg/c.txt", "lib/l.txt"):
+        assert (ws / "rbs-out/bin" / rel).read_bytes() == (bazel_bin / rel).read_bytes(), rel
