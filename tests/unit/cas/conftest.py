@@ -1,0 +1,33 @@
+"""Fixtures for the store tests: every backend and wrapper behind one `store` fixture."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rbs.cas.disk import DiskStore
+from rbs.cas.memory import MemoryStore
+from rbs.cas.store import BlobStore
+from rbs.cas.twolevel import TwoLevelStore
+from rbs.cas.verify import VerifyingStore
+
+BACKENDS: dict[str, Callable[[Path], BlobStore]] = {
+    "memory": lambda tmp: MemoryStore(),
+    "disk": lambda tmp: DiskStore(tmp / "store"),
+    "verifying-memory": lambda tmp: VerifyingStore(MemoryStore()),
+    "verifying-disk": lambda tmp: VerifyingStore(DiskStore(tmp / "store")),
+    "twolevel-memory": lambda tmp: TwoLevelStore(MemoryStore(), MemoryStore()),
+    "twolevel-disk": lambda tmp: TwoLevelStore(DiskStore(tmp / "local"), MemoryStore()),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlobStore]:
+    yield BACKENDS[request.param](tmp_path)
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> DiskStore:
+    return DiskStore(tmp_path / "store")
