@@ -22,8 +22,9 @@ system-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bazel-bootstrap >/dev/null) \
 	  || echo "warning: could not install bazel-bootstrap; Bazel interop tests will be skipped"; }
 
+# Build the example job targets and run them on the embedded local cluster.
 demo: setup
-	$(VENV)/bin/rbs --version
+	@bash examples/demo.sh
 
 proto: setup
 	$(PY) scripts/gen_proto.py
