@@ -13,6 +13,7 @@ flags override the file:
     [cas]
     max_size = "50G"            # evict least recently used blobs above this
     max_batch_size = "4M"       # the batch limit advertised to clients
+    lease = 10800               # seconds after its last use that a blob is never evicted
 
     [jobs]                      # the job scheduler (rbs.scheduler.config)
     heartbeat_timeout = 30
@@ -98,10 +99,15 @@ class CasConfig:
 
     max_size: int | None = None
     max_batch_size: int = DEFAULT_BATCH_SIZE
+    # Seconds after its last use during which a blob is never evicted (Bazel's
+    # remote cache assumes about 3 h).
+    lease: int = 3 * 3600
 
     def __post_init__(self) -> None:
         if self.max_size is not None and self.max_size <= 0:
             raise ConfigError(f"cas max_size must be positive, got {self.max_size}")
+        if self.lease < 0:
+            raise ConfigError(f"cas lease must be a number of seconds >= 0, got {self.lease}")
         if not 1024 <= self.max_batch_size <= 1 << 30:
             raise ConfigError(
                 f"cas max_batch_size {self.max_batch_size} is out of range: use 1K to 1G"
@@ -155,7 +161,7 @@ def _convert(section: str, key: str, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f'{where} must be a list of strings, e.g. ["", "ci"]')
         return tuple(value)
-    if key == "port":
+    if key in ("port", "lease"):
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{where} must be an integer, got {value!r}")
         return value
@@ -220,7 +226,7 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
 
 def with_overrides(config: Config, **server: Any) -> Config:
     """Apply command-line values (None means "not given") over the server table."""
-    cas_keys = {"max_size", "max_batch_size"}
+    cas_keys = {"max_size", "max_batch_size", "lease"}
     srv = {k: v for k, v in server.items() if v is not None and k not in cas_keys}
     cas = {k: v for k, v in server.items() if v is not None and k in cas_keys}
     return replace(

@@ -150,9 +150,12 @@ def open_store(config: Config) -> BlobStore:
     """The server's CAS under the data dir, bounded by `[cas] max_size` when set.
 
     With a bound, every write that takes the store over it evicts least recently used
-    blobs outside the lease (3 h); the action cache drops results whose outputs went.
+    blobs outside the lease (`[cas] lease`, 3 h); the action cache drops results whose
+    outputs went.
     """
-    store = DiskStore(config.server.data_dir / "cas", max_size=config.cas.max_size)
+    store = DiskStore(
+        config.server.data_dir / "cas", max_size=config.cas.max_size, lease=config.cas.lease
+    )
     swept = store.sweep_tmp()
     if swept:
         log.info("removed %d unfinished upload(s) left by an earlier run", swept)

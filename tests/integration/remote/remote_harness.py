@@ -65,7 +65,7 @@ class ServerThread:
 
 
 def make_config(data_dir: Path, **server: object) -> Config:
-    cas = {k: server.pop(k) for k in ("max_batch_size",) if k in server}
+    cas = {k: server.pop(k) for k in ("max_batch_size", "max_size", "lease") if k in server}
     return Config(
         server=ServerConfig(host="127.0.0.1", port=0, data_dir=data_dir, **server),  # type: ignore[arg-type]
         cas=CasConfig(**cas),  # type: ignore[arg-type]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
@@ -11,7 +13,7 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as r
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from rbs.cas.disk import DiskStore
 from rbs.model import Digest, DigestFunction
-from rbs.remote.client import ActionCacheClient, connect
+from rbs.remote.client import ActionCacheClient, RemoteStore, connect
 from rbs.remote.convert import digest_to_proto as pd
 
 SHA = DigestFunction.SHA256
@@ -149,3 +151,23 @@ def test_results_survive_a_restart(start: StartServer) -> None:
     second = start()
     with connect(second.target) as ch:
         assert ActionCacheClient(ch).get(action) == result
+
+
+def test_eviction_turns_a_hit_into_a_miss(start: StartServer) -> None:
+    # A bounded CAS with no lease: uploads past the bound evict the oldest blobs, and
+    # the result naming an evicted output stops being served.
+    srv = start(max_size=1 << 20, lease=0)
+    with connect(srv.target) as ch:
+        remote = RemoteStore(ch)
+        ac = ActionCacheClient(ch)
+        out = remote.put(os.urandom(400 << 10), function=SHA)
+        action = Digest.of(b"bounded action", SHA)
+        ac.update(
+            action, re_pb2.ActionResult(output_files=[re_pb2.OutputFile(path="o", digest=pd(out))])
+        )
+        assert ac.get(action) is not None
+        os.utime(store_of(srv).path_of(out), (1, 1))  # make it the least recently used
+        for _ in range(3):
+            remote.put(os.urandom(400 << 10), function=SHA)
+        assert not remote.contains(out)
+        assert ac.get(action) is None

@@ -152,7 +152,9 @@ def _bad_uploads(d: Digest, data: bytes) -> dict[str, list[bs_pb2.WriteRequest]]
             W(write_offset=half, data=data[half:]),
         ],
         "short_then_finish": [W(resource_name=name, data=data[:half], finish_write=True)],
-        "corrupt": [W(resource_name=name, data=bytes([data[0] ^ 0xFF]) + data[1:], finish_write=True)],
+        "corrupt": [
+            W(resource_name=name, data=bytes([data[0] ^ 0xFF]) + data[1:], finish_write=True)
+        ],
         "too_long": [W(resource_name=name, data=data + b"more", finish_write=True)],
         "gap": [
             W(resource_name=name, data=data[:half]),

@@ -148,6 +148,8 @@ def test_config_file(tmp_path: Path) -> None:
         ({"server": {"instance_names": []}}, "is empty"),
         ({"cas": {"max_size": "lots"}}, "invalid"),
         ({"cas": {"max_batch_size": 10}}, "out of range"),
+        ({"cas": {"lease": -1}}, "lease must be"),
+        ({"cas": {"lease": "3h"}}, "must be an integer"),
     ],
 )
 def test_config_errors(data: dict[str, dict[str, object]], needle: str) -> None:
