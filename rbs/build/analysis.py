@@ -21,6 +21,17 @@ _TEST_WRAPPER = (
 )
 
 
+# Bazel's test timeouts (seconds): by `timeout`, else by `size`.
+_TIMEOUTS = {"short": 60, "moderate": 300, "long": 900, "eternal": 3600}
+_SIZE_TIMEOUTS = {"small": 60, "medium": 300, "large": 900, "enormous": 3600}
+
+
+def test_timeout(size: object, timeout: object) -> int:
+    if isinstance(timeout, str) and timeout in _TIMEOUTS:
+        return _TIMEOUTS[timeout]
+    return _SIZE_TIMEOUTS.get(size if isinstance(size, str) else "medium", 300)
+
+
 class _Current:
     """The rule implementation being run: what it declared and the actions it registered."""
 
@@ -356,6 +367,7 @@ class Analyzer:
                 working_directory=rf,
                 progress=f"Testing {target.label}",
                 is_test=True,
+                timeout_s=test_timeout(target.attrs.get("size"), target.attrs.get("timeout")),
             )
         )
 

@@ -31,6 +31,7 @@ class BuildOptions:
     keep_going: bool = False
     backend: Callable[[Path], Backend] | None = None  # default: the local store and runner
     listener: Listener | None = None
+    test_timeout: int = 0  # seconds; 0: each test's own (from its size or timeout)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -141,6 +142,7 @@ def run_build(
         jobs=options.jobs,
         keep_going=options.keep_going,
         listener=options.listener,
+        test_timeout=options.test_timeout,
     )
     report = executor.run(graph, indices)
     report.hashed = state.stats.hashed

@@ -11,6 +11,7 @@ spreading to its dependents (early cutoff).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -97,6 +98,7 @@ class Executor:
         jobs: int,
         keep_going: bool = False,
         listener: Listener | None = None,
+        test_timeout: int = 0,
     ) -> None:
         self.root = root
         self.state = state
@@ -105,6 +107,7 @@ class Executor:
         self.jobs = max(1, jobs)
         self.keep_going = keep_going
         self.listener = listener or Listener()
+        self.test_timeout = test_timeout
         self._lock = threading.Lock()
 
     @property
@@ -194,6 +197,8 @@ class Executor:
         self, spec: ActionSpec, digests: dict[str, tuple[Digest, bool]], report: Report, idx: int
     ) -> tuple[str, str]:
         """Bring one action's outputs up to date; returns (how, failure message)."""
+        if spec.is_test and self.test_timeout:
+            spec = dataclasses.replace(spec, timeout_s=self.test_timeout)
         try:
             inputs = {p: self._input_digest(p, digests) for p in spec.inputs}
         except FileNotFoundError as e:

@@ -84,6 +84,7 @@ class ActionSpec:
     executable_outputs: tuple[str, ...] = ()
     progress: str = ""
     is_test: bool = False
+    timeout_s: int = 0  # 0: no limit (build actions); tests get one from size/timeout
 
     def describe(self) -> str:
         return self.progress or f"{self.mnemonic} {self.owner}"

@@ -83,6 +83,8 @@ def prepare(store: BlobStore, spec: ActionSpec, inputs: Mapping[str, TreeEntry])
     action = re_pb2.Action(
         command_digest=to_proto(cmd_digest), input_root_digest=to_proto(root), platform=_platform()
     )
+    if spec.timeout_s:
+        action.timeout.seconds = spec.timeout_s
     return PreparedAction(
         digest=store.put_message(action, FUNCTION),
         action=action,

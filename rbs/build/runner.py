@@ -12,6 +12,7 @@ import itertools
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -173,16 +174,9 @@ class LocalRunner(ActionRunner):
         env = {e.name: e.value for e in cmd.environment_variables}
         # The sandbox folder doubles as TMPDIR: it is deleted with the sandbox.
         env.setdefault("TMPDIR", str(box))
+        limit = action.action.timeout.seconds or None
         try:
-            proc = subprocess.run(
-                list(cmd.arguments),
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                check=False,
-            )
-            code, out, err = proc.returncode, proc.stdout, proc.stderr
+            code, out, err = _run_process(list(cmd.arguments), cwd, env, limit)
         except OSError as e:
             code, out, err = 127, b"", f"cannot start {cmd.arguments[0]!r}: {e}\n".encode()
         outputs: list[OutputFile] = []
@@ -199,6 +193,36 @@ class LocalRunner(ActionRunner):
         return ExecResult(
             exit_code=code, outputs=tuple(outputs), stdout=out, stderr=err, missing=tuple(missing)
         )
+
+
+TIMEOUT_EXIT = 124  # what `timeout(1)` exits with; REAPI's DEADLINE_EXCEEDED locally
+
+
+def _run_process(
+    argv: list[str], cwd: Path, env: dict[str, str], limit: float | None
+) -> tuple[int, bytes, bytes]:
+    """Run in a new session so that a timeout kills the whole process group."""
+    with subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            return (
+                TIMEOUT_EXIT,
+                out,
+                err + f"\nrbs: killed after the {limit:.0f} s time limit\n".encode(),
+            )
+        return proc.returncode, out, err
 
 
 def remove_tree(path: Path) -> None:

@@ -28,7 +28,7 @@ def _workspace() -> tuple[Path, str]:
     return root, "" if rel == "." else rel
 
 
-def build_options(jobs: int | None, keep_going: bool, plain: bool) -> Any:
+def build_options(jobs: int | None, keep_going: bool, plain: bool, test_timeout: int = 0) -> Any:
     """The one place where command-line options become BuildOptions (and pick a backend).
 
     A remote runner (`--remote host:port`) plugs in here as `backend=`.
@@ -115,9 +115,20 @@ def build(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: 
 @click.command("test")
 @click.argument("patterns", nargs=-1, required=True)
 @_common
-def test(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool) -> None:
+@click.option(
+    "--test-timeout",
+    "--test_timeout",
+    "test_timeout",
+    type=int,
+    default=0,
+    help="Seconds each test may run (default: by its size: small 60, medium 300, large 900).",
+)
+def test(
+    patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool, test_timeout: int
+) -> None:
     """Build and run the tests among targets; exit 3 when a test fails."""
     from rbs.build.driver import run_build
+    from rbs.build.runner import TIMEOUT_EXIT
 
     started = time.monotonic()
     try:
@@ -143,7 +154,8 @@ def test(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: b
             click.echo(f"{owner}  {'(cached) ' if cached else ''}PASSED")
         else:
             failed += 1
-            click.echo(f"{owner}  FAILED (exit code {code})")
+            status = "TIMEOUT" if code == TIMEOUT_EXIT else f"FAILED (exit code {code})"
+            click.echo(f"{owner}  {status}")
             text = log.decode(errors="replace").rstrip()
             if text:
                 click.echo("\n".join("    " + line for line in text.splitlines()[-40:]))

@@ -283,3 +283,18 @@ def test_noop_in_a_fresh_process_loads_no_starlark_protobuf_or_store(make_ws: Ma
 
     assert fresh().startswith("False 4")
     assert fresh() == "True 0 []"
+
+
+def test_a_test_over_its_time_limit_is_killed(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "t/BUILD": 'sh_test(name = "slow", srcs = ["slow.sh"], size = "small")\n',
+            "t/slow.sh": "#!/bin/bash\nsleep 60 &\nwait\n",
+        }
+    )
+    os.chmod(root / "t/slow.sh", 0o755)
+    r = run_build(root, ["//t:slow"], options=BuildOptions(jobs=2, test_timeout=1), mode="test")
+    ((code, cached, log),) = r.report.tests.values()
+    from rbs.build.runner import TIMEOUT_EXIT
+
+    assert code == TIMEOUT_EXIT and not cached and b"time limit" in log
