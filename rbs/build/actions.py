@@ -1,0 +1,295 @@
+"""The ctx.actions side of analysis: declared files, registered actions, make variables.
+
+These methods run while a rule implementation executes: Starlark calls them through
+the `_rbs_declare`, `_rbs_action` and `_rbs_expand` hooks with plain data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rbs.build import expand as mk
+from rbs.build.graph import BIN_DIR, DEFAULT_PATH, ActionSpec, File, TargetInfo
+from rbs.build.labels import Label, parse_label
+from rbs.build.rules import Target
+
+
+class Current:
+    """The rule implementation being run: what it declared and the actions it registered."""
+
+    def __init__(self, target: Target, deps: dict[Label, TargetInfo]) -> None:
+        self.target = target
+        self.deps = deps
+        self.declared: dict[str, File] = {}
+        self.produced: set[str] = set()
+
+
+class ActionHooks:
+    """Mixin of the analyser: what a rule implementation's ctx.actions calls do."""
+
+    infos: dict[Label, TargetInfo]
+    actions: list[ActionSpec]
+    producers: dict[str, int]
+    ws_name: str
+    _cur: Current | None
+
+    def _declare(
+        self,
+        cur: Current,
+        filename: str,
+        *,
+        sibling: dict[str, Any] | None = None,
+        predeclared: bool = False,
+    ) -> File:
+        pkg = cur.target.label.package
+        if (
+            not isinstance(filename, str)
+            or not filename
+            or filename.startswith("/")
+            or ".." in filename.split("/")
+        ):
+            raise ValueError(
+                f"declare_file: bad file name {filename!r}; use a relative name like 'out.txt'"
+            )
+        if sibling is not None:
+            base = File.from_starlark(sibling).short_path.rpartition("/")[0]
+            short = f"{base}/{filename}" if base else filename
+        else:
+            short = f"{pkg}/{filename}" if pkg else filename
+        path = f"{BIN_DIR}/{short}"
+        have = cur.declared.get(path)
+        if have is not None:
+            if predeclared:
+                return have
+            raise ValueError(
+                f"declare_file: {filename!r} is already declared by {cur.target.label}"
+            )
+        owner = self.producers.get(path)
+        if owner is not None:
+            raise ValueError(
+                f"declare_file: {short!r} is already an output of {self.actions[owner].owner}"
+            )
+        f = File(path=path, short_path=short, is_source=False, owner=str(cur.target.label))
+        cur.declared[path] = f
+        return f
+
+    def _h_declare(self, filename: str, sibling: Any = None) -> dict[str, Any]:
+        assert self._cur is not None
+        return self._declare(
+            self._cur, filename, sibling=sibling if isinstance(sibling, dict) else None
+        ).to_starlark()
+
+    def _files_from(
+        self, values: Any, cur: Current, *, tools: bool = False
+    ) -> tuple[list[File], list[tuple[str, str]]]:
+        """Files named by action arguments (files, depsets, targets) plus tool runfiles links."""
+        files: list[File] = []
+        links: list[tuple[str, str]] = []
+        for v in _flatten(values):
+            if isinstance(v, dict) and "_f" in v:
+                files.append(File.from_starlark(v))
+            elif isinstance(v, dict) and "_t" in v:
+                info = self.infos[parse_label(str(v["_t"]))]
+                files.extend(info.files)
+                if info.executable is not None:
+                    files.append(info.executable)
+            else:
+                raise ValueError(
+                    f"expected a File, depset or target in an action's inputs, got {v!r}"
+                )
+        if tools:
+            for f in list(files):
+                owner_info = self._exe_info(f)
+                if owner_info is not None:
+                    rf = f"{f.path}.runfiles/{self.ws_name}"
+                    for r in owner_info.runfiles:
+                        files.append(r)
+                        links.append((f"{rf}/{r.short_path}", r.path))
+        return files, links
+
+    def _exe_info(self, f: File) -> TargetInfo | None:
+        owner = parse_label(f.owner)
+        info = self.infos.get(owner)
+        if info is not None and info.executable == f:
+            return info
+        return None
+
+    def _h_action(self, kind: str, outputs: Any, **kw: Any) -> None:
+        cur = self._cur
+        assert cur is not None
+        outs: list[File] = []
+        for o in _flatten(outputs):
+            if (
+                not (isinstance(o, dict) and "_f" in o)
+                or File.from_starlark(o).path not in cur.declared
+            ):
+                raise ValueError(
+                    f"action output {o.get('short_path', o) if isinstance(o, dict) else o!r} was not "
+                    "declared by this rule; use ctx.actions.declare_file or an attr.output"
+                )
+            f = File.from_starlark(o)
+            if f.path in cur.produced:
+                raise ValueError(f"two actions of {cur.target.label} create {f.short_path!r}")
+            outs.append(f)
+        if not outs:
+            raise ValueError("an action needs at least one output")
+        inputs, links = self._files_from(kw.get("inputs") or [], cur)
+        tool_files, tool_links = self._files_from(kw.get("tools") or [], cur, tools=True)
+        mnemonic = str(kw.get("mnemonic") or "Action")
+        env = dict(kw.get("env") or {})
+        env.setdefault("PATH", DEFAULT_PATH)
+        exe_out: tuple[str, ...] = ()
+        content = b""
+        argv: tuple[str, ...] = ()
+        if kind == "run":
+            exe = kw.get("executable")
+            if isinstance(exe, str):
+                argv = (exe,)
+            elif isinstance(exe, dict) and ("_f" in exe or "_t" in exe):
+                if "_t" in exe:
+                    info = self.infos[parse_label(str(exe["_t"]))]
+                    if info.executable is None:
+                        raise ValueError(f"ctx.actions.run: {info.label} is not executable")
+                    exe = info.executable.to_starlark()
+                efiles, elinks = self._files_from([exe], cur, tools=True)
+                tool_files += efiles
+                tool_links += elinks
+                argv = (efiles[0].path,)
+            else:
+                raise ValueError(
+                    "ctx.actions.run needs executable = a File, a target or a path string"
+                )
+            argv += tuple(str(a) for a in kw.get("arguments") or [])
+        elif kind == "shell":
+            command = kw.get("command")
+            if not isinstance(command, str):
+                raise ValueError("ctx.actions.run_shell needs command = a string")
+            args = [str(a) for a in kw.get("arguments") or []]
+            argv = ("/bin/bash", "-c", command, *(["", *args] if args else []))
+            kind = "run"
+        elif kind == "write":
+            content = kw.get("content", "")
+            if not isinstance(content, str):
+                raise ValueError(
+                    f"ctx.actions.write: content must be a string, got {type(content).__name__}"
+                )
+            content_b = content.encode()
+            if kw.get("is_executable"):
+                exe_out = (outs[0].path,)
+            self._register(
+                cur,
+                ActionSpec(
+                    kind="write",
+                    mnemonic="FileWrite",
+                    owner=cur.target.label,
+                    outputs=(outs[0].path,),
+                    content=content_b,
+                    executable_outputs=exe_out,
+                ),
+            )
+            return
+        elif kind == "copy":
+            if len(inputs) != 1:
+                raise ValueError("ctx.actions.symlink needs exactly one target_file")
+            if kw.get("is_executable"):
+                exe_out = (outs[0].path,)
+            self._register(
+                cur,
+                ActionSpec(
+                    kind="copy",
+                    mnemonic="Symlink",
+                    owner=cur.target.label,
+                    outputs=(outs[0].path,),
+                    inputs=(inputs[0].path,),
+                    executable_outputs=exe_out,
+                ),
+            )
+            return
+        all_in = sorted({f.path for f in (*inputs, *tool_files)})
+        spec = ActionSpec(
+            kind="run",
+            mnemonic=mnemonic,
+            owner=cur.target.label,
+            outputs=tuple(f.path for f in outs),
+            inputs=tuple(all_in),
+            argv=argv,
+            env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+            links=tuple(sorted(set(links + tool_links))),
+            content=content,
+            progress=str(kw.get("progress_message") or ""),
+        )
+        self._register(cur, spec)
+
+    def _register(self, cur: Current, spec: ActionSpec) -> None:
+        idx = len(self.actions)
+        self.actions.append(spec)
+        for out in spec.outputs:
+            cur.produced.add(out)
+            self.producers[out] = idx
+
+    def _h_expand(self, text: str, vars: dict[str, str], targets: list[Any], attribute: str) -> str:
+        cur = self._cur
+        assert cur is not None
+        pkg = cur.target.label.package
+        extra = [parse_label(str(t["_t"])) for t in targets if isinstance(t, dict) and "_t" in t]
+
+        def locate(label_text: str, field: str, many: bool, func: str) -> str:
+            try:
+                lab = parse_label(label_text, package=pkg)
+            except ValueError as e:
+                raise ValueError(f"$({func} {label_text}): {e}") from None
+            files: list[File]
+            own = [f for f in cur.declared.values() if f.short_path == lab.path]
+            if own:
+                files = own
+            elif lab in cur.deps or lab in extra:
+                info = self.infos[lab]
+                files = [info.executable] if info.executable else list(info.files)
+            else:
+                raise ValueError(
+                    f"$({func} {label_text}): {lab} is not a dependency of {cur.target.label}; "
+                    "add it to srcs, tools or data"
+                )
+            if not many and len(files) != 1:
+                raise ValueError(
+                    f"$({func} {label_text}) expands to {len(files)} files; use $({func}s {label_text})"
+                )
+            if field == "rlocation":
+                return " ".join(f"{self.ws_name}/{f.short_path}" for f in files)
+            return " ".join(getattr(f, field) for f in files)
+
+        try:
+            return mk.expand(text, {str(k): str(v) for k, v in vars.items()}, locate)
+        except ValueError as e:
+            where = f"attribute {attribute!r}: " if attribute else ""
+            raise ValueError(f"{where}{e}") from None
+
+
+def _flatten(values: Any) -> Iterable[Any]:
+    if values is None:
+        return
+    if isinstance(values, dict) and "_d" in values:
+        yield from values["_d"]
+        return
+    if isinstance(values, dict):
+        yield values
+        return
+    for v in values:
+        if isinstance(v, dict) and "_d" in v:
+            yield from v["_d"]
+        elif isinstance(v, list):
+            yield from _flatten(v)
+        elif v is not None:
+            yield v
+
+
+def files_in(v: Any) -> list[dict[str, Any]]:
+    if v is None:
+        return []
+    if isinstance(v, dict):
+        for key in ("_d", "_r"):
+            if key in v:
+                return [x for x in v[key] if isinstance(x, dict) and "_f" in x]
+        return [v] if "_f" in v else []
+    return [x for x in v if isinstance(x, dict) and "_f" in x]
