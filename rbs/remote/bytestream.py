@@ -1,9 +1,9 @@
 """The google.bytestream service over the CAS: blob reads and writes of any size.
 
 Bazel 4.2 moves every blob through ByteStream, even a 10-byte one, so the small case
-is the hot path: a blob up to 64 KiB is collected in memory and stored with one
-thread hop (the store's fsync must not run on the event loop), and a small read is
-served straight from the event loop. Larger blobs stream in constant memory: writes
+is the hot path: a blob up to 64 KiB is collected in memory and stored by a group
+commit (one thread hop and one sync shared by every small write in flight; the sync
+must not run on the event loop), and a small read is served straight from the loop. Larger blobs stream in constant memory: writes
 go chunk by chunk into a store writer that hashes as it goes, coalescing the
 client's chunks to about 1 MiB per thread hop; reads go out in 1 MiB messages.
 
@@ -31,6 +31,7 @@ import zstandard
 
 from rbs._proto.google.bytestream import bytestream_pb2 as bs_pb2
 from rbs._proto.google.bytestream import bytestream_pb2_grpc as bs_grpc
+from rbs.cas.errors import DigestMismatch
 from rbs.cas.store import BlobStore, BlobWriter
 from rbs.model import Digest
 from rbs.remote.cas_service import decompress_exact
@@ -141,6 +142,65 @@ class _StreamingUpload:
             self.writer.abort()
 
 
+class _GroupCommit:
+    """Small blobs from concurrent Write calls made durable together (group commit).
+
+    A call hands its verified-on-arrival blob over and waits. One flusher stores
+    everything waiting in one store batch (one sync for the lot) in a thread; blobs
+    that arrive meanwhile form the next batch. A lone writer pays what a single put
+    costs; many concurrent writers (Bazel uploading a build's outputs) share syncs.
+    """
+
+    def __init__(self, store: BlobStore) -> None:
+        self.store = store
+        self._waiting: list[tuple[Digest, bytes, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def put(self, digest: Digest, data: bytes) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((digest, data, future))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush())
+        # Shielded: a cancelled call leaves its blob in the batch (whole and verified).
+        await asyncio.shield(future)
+
+    async def _flush(self) -> None:
+        try:
+            while self._waiting:
+                items, self._waiting = self._waiting, []
+                try:
+                    errors = await asyncio.to_thread(self._store_all, items)
+                except Exception as exc:
+                    errors = [exc] * len(items)
+                for (_, _, future), err in zip(items, errors, strict=True):
+                    if future.done():
+                        continue
+                    if err is None:
+                        future.set_result(None)
+                    else:
+                        future.set_exception(err)
+        finally:
+            self._flusher = None
+
+    def _store_all(
+        self, items: list[tuple[Digest, bytes, asyncio.Future[None]]]
+    ) -> list[Exception | None]:
+        errors: list[Exception | None] = []
+        good: list[tuple[Digest, bytes]] = []
+        for digest, data, _ in items:
+            actual = Digest.of(data, digest.function)
+            if actual != digest:
+                errors.append(DigestMismatch(digest, actual))
+            else:
+                errors.append(None)
+                good.append((digest, data))
+        if good:
+            with self.store.batch() as batch:
+                for digest, data in good:
+                    batch.put(data, function=digest.function)
+        return errors
+
+
 class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
     """Thin gRPC edge mapping ByteStream resource names onto a BlobStore."""
 
@@ -149,6 +209,7 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
         self.instances = instances
         # Resource names of uploads in flight (a name may be written twice at once).
         self._in_flight: collections.Counter[str] = collections.Counter()
+        self._small_writes = _GroupCommit(store)
 
     # -- Read ---------------------------------------------------------------------
 
@@ -215,11 +276,6 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
             f.close()
 
     # -- Write --------------------------------------------------------------------
-
-    def _put_small(self, data: bytes, rn: ResourceName) -> None:
-        if rn.compressor is Compressor.ZSTD:
-            data = decompress_exact(data, rn.digest)
-        self.store.put(data, expected=rn.digest)
 
     @rpc_errors
     async def Write(
@@ -302,7 +358,10 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
                     "nothing was stored, upload it again from offset 0"
                 )
             if small:
-                await asyncio.to_thread(self._put_small, bytes(buf), rn)
+                data = bytes(buf)
+                if compressed:
+                    data = decompress_exact(data, digest)
+                await self._small_writes.put(digest, data)
             elif upload is None:
                 raise InvalidRequest(f"upload of {digest} finished with no data; nothing stored")
             else:
