@@ -432,7 +432,9 @@ class Worker:
             try:
                 return await self.runner.run(digest, name=name, timeout_s=timeout)
             except RemoteError as e:
-                if e.code is not grpc.StatusCode.UNAVAILABLE or loop.time() + delay > deadline:
+                # UNAVAILABLE: the server is down; CANCELLED: it stopped mid-call.
+                transient = e.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                if not transient or loop.time() + delay > deadline:
                     raise
                 log.warning("server unreachable while running %s (%s); retrying", digest, e)
             await asyncio.sleep(delay)

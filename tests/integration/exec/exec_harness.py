@@ -47,7 +47,12 @@ class Cluster:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.server: RunningServer = self.call(start_server(self.config, self.services))
+        try:
+            self.server: RunningServer = self.call(start_server(self.config, self.services))
+        except BaseException:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            raise
         self.workers: list[tuple[Worker, asyncio.Future[None]]] = []
 
     def restart_server(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import grpc
@@ -14,8 +15,21 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc
 from rbs.remote.client import RemoteStore, connect
 
 
+def _restartable_cluster(data_dir: Path) -> Cluster:
+    """A cluster on a port below Linux's ephemeral range (32768+): a restart must bind
+    the same port again, and a port in that range may meanwhile serve as some client
+    socket's local port."""
+    rng = random.Random()
+    for _ in range(50):
+        try:
+            return Cluster(data_dir, port=rng.randrange(20000, 32000))
+        except OSError:
+            continue  # taken: try another
+    raise RuntimeError("no free port in 20000-32000")
+
+
 def test_operation_in_flight_survives_a_server_restart(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path / "server")
+    cluster = _restartable_cluster(tmp_path / "server")
     try:
         cluster.add_worker(tmp_path / "w1")
         cluster.wait_workers(1)
@@ -42,6 +56,13 @@ def test_operation_in_flight_survives_a_server_restart(tmp_path: Path) -> None:
         cluster.restart_server()
         # The restarted server knows the operation; the worker reconnects holding the
         # lease and reports the result; the action is not run a second time.
+        channel.close()
+        # A new connection of its own: channels otherwise share the old subchannel,
+        # which may still be backing off from the refused connects during the restart.
+        channel = grpc.insecure_channel(
+            f"127.0.0.1:{cluster.port}", options=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        stub = re_grpc.ExecutionStub(channel)
         ops = list(
             stub.WaitExecution(
                 re_pb2.WaitExecutionRequest(name=name), timeout=60, wait_for_ready=True
