@@ -159,6 +159,8 @@ async def _handle(context: grpc.aio.ServicerContext[Any, Any], name: str, exc: E
         exc = RuntimeError(
             f"internal error in {name}: {type(exc).__name__}: {exc}; the server log has details"
         )
+    elif code_of(exc) is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        log.warning("%s: %s", name, exc)  # the operator has to act (disk full)
     else:
         # Misses and client mistakes are routine (every Bazel cache miss is a NOT_FOUND).
         log.debug("%s: %s", name, exc)
