@@ -39,6 +39,13 @@ BUILD_DIALECT.enable_def = False
 BUILD_DIALECT.enable_lambda = False
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)\s*=\s*(rule|provider)\s*\(", re.MULTILINE)
 _PRELUDE_AST: Any = None
+# load() targets of Bazel rule sets whose rules rbs provides itself (same names).
+COMPAT_MODULES = {"@rules_python//python:defs.bzl", "@rules_python//python:py_binary.bzl"}
+COMPAT_REPOS = {
+    "@rules_python//python",
+    "@rules_shell//shell",
+    "@bazel_tools//tools/build_defs/shell",
+}
 
 
 def _prelude_ast() -> Any:
@@ -87,6 +94,9 @@ class Loader:
 
     def _file_loader(self, requester: Label) -> Any:
         def load(module_id: str) -> Any:
+            if module_id.split(":")[0] in COMPAT_REPOS or module_id in COMPAT_MODULES:
+                # Bazel workspaces load the native rules from these; rbs has them built in.
+                return self.module(parse_load_label(BUILTINS_MODULE, package=""))
             try:
                 lab = parse_load_label(module_id, package=requester.package, repo=requester.repo)
             except ValueError as e:
@@ -244,6 +254,11 @@ class Loader:
         values = check_attrs(rc, attrs, what=what, package=pkg.name)
         target = Target(label=label, rule=rc, attrs=values, location=loc)
         for out in target.output_names():
+            if (self.ws.root / pkg.name / out).is_file():
+                raise ValueError(
+                    f"generated file {out!r} of {what} conflicts with the source file "
+                    f"{pkg.name + '/' if pkg.name else ''}{out}; rename the output or the file"
+                )
             if out in pkg.targets or out in pkg.outputs or out == name:
                 raise ValueError(
                     f"output {out!r} of {what} clashes with an existing target or output of "

@@ -268,3 +268,32 @@ def test_location_of_unknown_dependency_file(make_ws: MakeWs) -> None:
         )
     )
     assert e.hint == "did you mean //p:a.txt?"
+
+
+def test_bazel_rule_set_loads_resolve_to_builtin_rules(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "p/BUILD": (
+                'load("@rules_python//python:defs.bzl", "py_binary", "py_library")\n'
+                'load("@rules_shell//shell:sh_test.bzl", "sh_test")\n'
+                'py_library(name = "l", srcs = ["l.py"])\n'
+                'py_binary(name = "b", srcs = ["b.py"], deps = [":l"])\n'
+                'sh_test(name = "t", srcs = ["t.sh"])\n'
+            ),
+            "p/l.py": "",
+            "p/b.py": "",
+            "p/t.sh": "",
+        }
+    )
+    g = graph_of(root)
+    assert g.targets[Label(package="p", name="b")].kind == "py_binary"
+    assert g.targets[Label(package="p", name="t")].is_test
+
+
+def test_output_clashing_with_a_source_file(make_ws: MakeWs) -> None:
+    e = error_of(
+        make_ws({"p/BUILD": 'genrule(name = "g", outs = ["a.txt"], cmd = "x")\n', "p/a.txt": ""})
+    )
+    assert (
+        "conflicts with the source file p/a.txt" in e.message and str(e.location) == "p/BUILD:1:1"
+    )
