@@ -218,6 +218,9 @@ class ActionHooks:
             links=tuple(sorted(set(links + tool_links))),
             content=content,
             progress=str(kw.get("progress_message") or ""),
+            executable_outputs=tuple(
+                File.from_starlark(f).path for f in _flatten(kw.get("executable_outputs") or [])
+            ),
         )
         self._register(cur, spec)
 

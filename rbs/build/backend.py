@@ -87,8 +87,10 @@ class StoreBackend(Backend):
             return Outcome(error=msg, exit_code=res.exit_code, log=log)
         if not cached:
             self.cache.put(prepared, res)
+        marked = set(spec.executable_outputs)
         outs = tuple(
-            OutputRef(path=o.path, digest=o.digest, executable=o.executable) for o in res.outputs
+            OutputRef(path=o.path, digest=o.digest, executable=o.executable or o.path in marked)
+            for o in res.outputs
         )
         return Outcome(outputs=outs, cached=cached, log=log)
 

@@ -234,8 +234,8 @@ def _mkctx(d):
         fail("ctx.actions.declare_directory is not supported yet; declare each file with declare_file")
     def run(outputs, inputs = [], executable = None, arguments = [], mnemonic = None, progress_message = None, env = None, tools = [], use_default_shell_env = False, execution_requirements = None, input_manifests = None, resource_set = None, toolchain = None):
         _rbs_action(kind = "run", outputs = _plain(outputs), inputs = _plain(inputs), executable = _plain(executable), arguments = _arguments(arguments), mnemonic = mnemonic or "Action", progress_message = progress_message or "", env = env or {}, tools = _plain(tools))
-    def run_shell(outputs, command, inputs = [], arguments = [], mnemonic = None, progress_message = None, env = None, tools = [], use_default_shell_env = False, execution_requirements = None, input_manifests = None, resource_set = None, toolchain = None):
-        _rbs_action(kind = "shell", outputs = _plain(outputs), inputs = _plain(inputs), command = command, arguments = _arguments(arguments), mnemonic = mnemonic or "Action", progress_message = progress_message or "", env = env or {}, tools = _plain(tools))
+    def run_shell(outputs, command, inputs = [], arguments = [], mnemonic = None, progress_message = None, env = None, tools = [], use_default_shell_env = False, execution_requirements = None, input_manifests = None, resource_set = None, toolchain = None, _executable_outputs = None):
+        _rbs_action(kind = "shell", outputs = _plain(outputs), inputs = _plain(inputs), command = command, arguments = _arguments(arguments), mnemonic = mnemonic or "Action", progress_message = progress_message or "", env = env or {}, tools = _plain(tools), executable_outputs = _plain(_executable_outputs or []))
     def write(output, content, is_executable = False):
         if _kind(content) == "args":
             content = "\n".join(content._items) + "\n"

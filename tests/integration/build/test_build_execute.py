@@ -298,3 +298,19 @@ def test_a_test_over_its_time_limit_is_killed(make_ws: MakeWs) -> None:
     from rbs.build.runner import TIMEOUT_EXIT
 
     assert code == TIMEOUT_EXIT and not cached and b"time limit" in log
+
+
+def test_executable_genrule_output_can_be_run(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "g/BUILD": (
+                'genrule(name = "script", outs = ["hi.sh"], executable = True,\n'
+                "        cmd = \"printf '#!/bin/sh\\\\necho hi\\\\n' > $@\")\n"
+                'genrule(name = "use", outs = ["out.txt"], tools = [":script"], cmd = "$(location :script) > $@")\n'
+            )
+        }
+    )
+    r = build(root)
+    assert r.ok, r.report.failures
+    assert os.access(root / "rbs-out/bin/g/hi.sh", os.X_OK)
+    assert out(root, "g/out.txt") == "hi\n"
