@@ -31,7 +31,17 @@ RBS = [sys.executable, "-m", "rbs"]
 
 def start(tmp: Path) -> tuple[list[subprocess.Popen[str]], int]:
     server = subprocess.Popen(
-        [*RBS, "remote", "serve", "--port", "0", "--data-dir", str(tmp / "server"), "--log-level", "warning"],
+        [
+            *RBS,
+            "remote",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp / "server"),
+            "--log-level",
+            "warning",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -44,7 +54,19 @@ def start(tmp: Path) -> tuple[list[subprocess.Popen[str]], int]:
     port = int(m[1])
     ready_file = tmp / "worker.ready"
     worker = subprocess.Popen(
-        [*RBS, "remote", "worker", "--server", f"127.0.0.1:{port}", "--work-dir", str(tmp / "w"), "--ready-file", str(ready_file), "--log-level", "warning"],
+        [
+            *RBS,
+            "remote",
+            "worker",
+            "--server",
+            f"127.0.0.1:{port}",
+            "--work-dir",
+            str(tmp / "w"),
+            "--ready-file",
+            str(ready_file),
+            "--log-level",
+            "warning",
+        ],
         stdout=subprocess.DEVNULL,
         text=True,
     )
