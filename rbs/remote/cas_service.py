@@ -27,7 +27,6 @@ from rbs.cas.store import BlobStore
 from rbs.model import Digest, DigestFunction
 from rbs.remote.convert import (
     digest_from_proto,
-    digest_to_proto,
     digests_from_proto,
     request_function,
 )
@@ -97,9 +96,11 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
             missing = self.store.find_missing(digests)
         else:
             missing = await asyncio.to_thread(self.store.find_missing, digests)
-        return re_pb2.FindMissingBlobsResponse(
-            missing_blob_digests=[digest_to_proto(d) for d in missing]
-        )
+        response = re_pb2.FindMissingBlobsResponse()
+        add = response.missing_blob_digests.add  # several times faster than building each
+        for d in missing:
+            add(hash=d.hash, size_bytes=d.size)
+        return response
 
     @staticmethod
     def _verified_data(
