@@ -207,10 +207,11 @@ class RemoteStore(BlobStore):
             for start in range(0, len(group), _FIND_BATCH):
                 part = group[start : start + _FIND_BATCH]
                 req = re_pb2.FindMissingBlobsRequest(
-                    instance_name=self.instance,
-                    blob_digests=[digest_to_proto(d) for d in part],
-                    digest_function=function_to_proto(fn),
+                    instance_name=self.instance, digest_function=function_to_proto(fn)
                 )
+                add = req.blob_digests.add  # several times faster than building each
+                for d in part:
+                    add(hash=d.hash, size_bytes=d.size)
                 try:
                     resp = self._call.cas.FindMissingBlobs(req, metadata=self._call.metadata)
                 except grpc.RpcError as e:
