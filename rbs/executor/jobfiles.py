@@ -91,9 +91,9 @@ def prepare(
     materialized; the caller reports that as the run's failure.
     """
     notes: list[str] = []
-    if dirs.root.exists():
-        shutil.rmtree(dirs.root)  # a leftover of an earlier try of this very lease
-    dirs.root.mkdir(parents=True)
+    dirs.root.mkdir(parents=True, exist_ok=True)
+    for leftover in (dirs.work, dirs.tmp):
+        remove(leftover)  # of an earlier try of this very lease; the spool stays
     dirs.tmp.mkdir()
     if input_root is not None:
         if prefetch is not None:

@@ -164,7 +164,11 @@ class JobHost:
         for run in list(self._runs.values()):
             if run.shipper is not None:
                 run.shipper.rewind()
-                run.shipper.flush()
+                try:
+                    run.shipper.flush()
+                except Exception:
+                    # One run's log must not cost the stream (and every other run's report).
+                    log.exception("lease %s: re-sending its log failed", run.lease_id)
             if run.finished is not None and not run.finished_sent:
                 self._send(run.finished)
                 run.finished_sent = True

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from google.protobuf import timestamp_pb2
 
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
-from rbs.executor.joblog import LogLine, LogSpool, Stream
+from rbs.executor.joblog import LogLine, LogSpool, LogSpoolError, Stream
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +107,22 @@ class LogShipper:
                 start = self.sent + 1 - buf[0].seq
                 batch = buf[start : start + BATCH_LINES]
             else:
-                batch = self.spool.read_from(self.sent + 1, limit=BATCH_LINES)
+                try:
+                    batch = self.spool.read_from(self.sent + 1, limit=BATCH_LINES)
+                except (OSError, LogSpoolError, ValueError) as e:
+                    batch, problem = [], f"cannot read the log spool: {e}"
+                else:
+                    problem = f"the spool ends before line {self.sent + 1}"
                 if not batch:
-                    log.warning(
-                        "lease %s: spool ends at %d but lines up to %d were counted",
+                    # Nothing to resend from: give those lines up rather than the stream.
+                    log.error(
+                        "lease %s: lines %d-%d are lost: %s",
                         self._lease.lease_id,
-                        self.sent,
+                        self.sent + 1,
                         self.last,
+                        problem,
                     )
-                    self.last = self.sent
+                    self.sent = self.acked = self.last
                     break
             self._send(
                 w_pb2.WorkerMessage(

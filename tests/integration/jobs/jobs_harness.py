@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -36,7 +42,14 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) ->
 class JobCluster:
     """The whole cluster server plus workers, on a loop in a background thread."""
 
-    def __init__(self, data_dir: Path, *, jobs: SchedulerConfig = FAST_JOBS, port: int = 0):
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        jobs: SchedulerConfig = FAST_JOBS,
+        port: int = 0,
+        serve: bool = True,
+    ) -> None:
         self.data_dir = data_dir
         self.config = Config(
             server=ServerConfig(host="127.0.0.1", port=port, data_dir=data_dir), jobs=jobs
@@ -47,7 +60,8 @@ class JobCluster:
         self.server: RunningCluster | None = None
         self.workers: list[tuple[Worker, asyncio.Future[None]]] = []
         self._clients: list[JobsClient] = []
-        self.start_server()
+        if serve:
+            self.start_server()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -139,3 +153,46 @@ class JobCluster:
 
 async def _settle(fut: asyncio.Future[None]) -> None:
     await asyncio.wait({fut}, timeout=30)
+
+
+def spawn_rbs(
+    args: list[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rbs", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def wait_ready(proc: subprocess.Popen[bytes], ready: Path, log: Path) -> dict[str, object]:
+    """The JSON of a --ready-file, once the process wrote it (or its log, if it died)."""
+
+    def check() -> dict[str, object] | None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            data: dict[str, object] = json.loads(ready.read_text())
+            return data
+        return None
+
+    return wait_for(f"{ready.name}", check, timeout=60)
+
+
+def kill_group(pid_file: Path) -> None:
+    """SIGKILL the process group whose leader's pid a job wrote to `pid_file`."""
+    with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+        os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
