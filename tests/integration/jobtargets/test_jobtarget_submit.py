@@ -85,17 +85,18 @@ def test_manifest_file_submits_the_structure_the_scheduler_stores(
     assert client.show(job).raw["manifest"] == manifest_to_dict(from_file)
 
 
-def test_a_tree_nobody_has_is_refused_with_the_fix(client: JobsClient, tmp_path: Path) -> None:
+def test_a_tree_nobody_has_is_refused_with_the_fix(
+    client: JobsClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = write_ws(tmp_path / "ws", CAT_JOB)
     built, _ = build_job_target("//app:job", cwd=root)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    os.chdir(elsewhere)
-    try:
-        with pytest.raises(JobError, match="rbs build //pkg:target"):
-            stage_manifest_inputs(client, built, source=elsewhere / "m.job.json")
-    finally:
-        os.chdir(tmp_path)
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(JobError, match="rbs build //pkg:target"):
+        stage_manifest_inputs(client, built, source=elsewhere / "m.job.json")
+    # From the workspace the same manifest stages fine.
+    assert stage_manifest_inputs(client, built, cwd=root) > 0
 
 
 def test_a_partition_the_cluster_lacks_is_an_error_with_the_fix(
