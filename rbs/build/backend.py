@@ -30,6 +30,12 @@ class StoreBackend(Backend):
     def close(self) -> None:
         self.runner.close()
 
+    def abort(self) -> None:
+        from rbs.build.runner import kill_running
+
+        kill_running()
+        self.runner.close()
+
     def export(self, digest: Digest, dest: Path, executable: bool) -> None:
         self.store.export_file(digest, dest, executable=executable, link=True)
 

@@ -134,44 +134,66 @@ class Executor:
         ready = [i for i in indices if not deps[i]]
         blocked: set[int] = set()
         running: dict[Future[tuple[str, str]], int] = {}
-        digests = report.digests
-        stop = False
         with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            while ready or running:
-                while ready and not stop:
-                    i = ready.pop()
-                    spec = graph.actions[i]
-                    running[pool.submit(self._one, spec, digests, report, i)] = i
-                if not running:
-                    break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    i = running.pop(fut)
-                    spec = graph.actions[i]
-                    exc = fut.exception()
-                    if exc is not None:
-                        how, msg = "failed", f"{type(exc).__name__}: {exc}"
-                    else:
-                        how, msg = fut.result()
-                    if how == "failed":
-                        f = Failure(spec=spec, message=msg)
-                        report.failures.append(f)
-                        self.listener.failure(f)
-                        self._block(i, users, blocked)
-                        if not self.keep_going:
-                            stop = True
-                        continue
-                    self.listener.action_finished(spec, how=how)
-                    for u in users[i]:
-                        deps[u].discard(i)
-                        if not deps[u] and u not in blocked:
-                            ready.append(u)
-                if stop:
-                    ready.clear()
+            try:
+                self._loop(graph, pool, ready, running, deps, users, blocked, report)
+            except BaseException:
+                # Ctrl-C or a crash: stop what runs now instead of waiting for it.
+                ready.clear()
+                for fut in running:
+                    fut.cancel()
+                if self._backend is not None:
+                    self._backend.abort()
+                raise
         if self._backend is not None:
             self._backend.close()
         self.listener.finish(report)
         return report
+
+    def _loop(
+        self,
+        graph: ActionGraph,
+        pool: ThreadPoolExecutor,
+        ready: list[int],
+        running: dict[Future[tuple[str, str]], int],
+        deps: dict[int, set[int]],
+        users: dict[int, list[int]],
+        blocked: set[int],
+        report: Report,
+    ) -> None:
+        digests = report.digests
+        stop = False
+        while ready or running:
+            while ready and not stop:
+                i = ready.pop()
+                spec = graph.actions[i]
+                running[pool.submit(self._one, spec, digests, report, i)] = i
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                i = running.pop(fut)
+                spec = graph.actions[i]
+                exc = fut.exception()
+                if exc is not None:
+                    how, msg = "failed", f"{type(exc).__name__}: {exc}"
+                else:
+                    how, msg = fut.result()
+                if how == "failed":
+                    f = Failure(spec=spec, message=msg)
+                    report.failures.append(f)
+                    self.listener.failure(f)
+                    self._block(i, users, blocked)
+                    if not self.keep_going:
+                        stop = True
+                    continue
+                self.listener.action_finished(spec, how=how)
+                for u in users[i]:
+                    deps[u].discard(i)
+                    if not deps[u] and u not in blocked:
+                        ready.append(u)
+            if stop:
+                ready.clear()
 
     def _block(self, i: int, users: dict[int, list[int]], blocked: set[int]) -> None:
         todo = list(users[i])
@@ -279,6 +301,9 @@ class Backend:
 
     def close(self) -> None:
         """Called once when the build is done."""
+
+    def abort(self) -> None:
+        """Called instead of close() when the build is interrupted."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

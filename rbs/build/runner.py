@@ -198,10 +198,23 @@ class LocalRunner(ActionRunner):
 TIMEOUT_EXIT = 124  # what `timeout(1)` exits with; REAPI's DEADLINE_EXCEEDED locally
 
 
+_LIVE: set[int] = set()  # process groups of running actions, killed on abort
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_running() -> None:
+    """Kill every action process group still running (Ctrl-C, or an aborted build)."""
+    with _LIVE_LOCK:
+        groups = list(_LIVE)
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
 def _run_process(
     argv: list[str], cwd: Path, env: dict[str, str], limit: float | None
 ) -> tuple[int, bytes, bytes]:
-    """Run in a new session so that a timeout kills the whole process group."""
+    """Run in a new session so that a timeout or an abort kills the whole process group."""
     with subprocess.Popen(
         argv,
         cwd=cwd,
@@ -211,6 +224,8 @@ def _run_process(
         stderr=subprocess.PIPE,
         start_new_session=True,
     ) as proc:
+        with _LIVE_LOCK:
+            _LIVE.add(proc.pid)
         try:
             out, err = proc.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
@@ -222,6 +237,9 @@ def _run_process(
                 out,
                 err + f"\nrbs: killed after the {limit:.0f} s time limit\n".encode(),
             )
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc.pid)
         return proc.returncode, out, err
 
 

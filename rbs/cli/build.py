@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -13,6 +14,20 @@ from typing import Any, NoReturn
 import click
 
 from rbs.build.errors import BuildError
+
+
+def _interruptible(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Ctrl-C ends a command with exit code 130 and one line, not a traceback."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except KeyboardInterrupt:
+            click.echo("rbs: interrupted; running actions were stopped", err=True)
+            sys.exit(130)
+
+    return wrapper
 
 
 def _fail(e: BuildError) -> NoReturn:
@@ -85,6 +100,7 @@ def _summary(result: Any, started: float) -> None:
 @click.command("build")
 @click.argument("patterns", nargs=-1, required=True)
 @_common
+@_interruptible
 def build(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool) -> None:
     """Build targets: //pkg:name, //pkg:all, //pkg/..., //... ."""
     from rbs.build.driver import run_build
@@ -123,6 +139,7 @@ def build(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: 
     default=0,
     help="Seconds each test may run (default: by its size: small 60, medium 300, large 900).",
 )
+@_interruptible
 def test(
     patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool, test_timeout: int
 ) -> None:
@@ -178,6 +195,7 @@ def test(
 @click.argument("target")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @_common
+@_interruptible
 def run(
     target: str, args: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool
 ) -> None:

@@ -146,3 +146,41 @@ def test_genrule_outputs_are_byte_identical_to_bazels(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     for rel in ("pkg/a.txt", "pkg/b1.txt", "pkg/b2.txt", "pkg/c.txt", "lib/l.txt"):
         assert (ws / "rbs-out/bin" / rel).read_bytes() == (bazel_bin / rel).read_bytes(), rel
+
+
+def test_ctrl_c_stops_running_actions(tmp_path: Path) -> None:
+    import os
+    import select
+    import signal
+
+    ws = tmp_path / "ws"
+    (ws / "p").mkdir(parents=True)
+    (ws / "WORKSPACE").touch()
+    fifo = tmp_path / "started"
+    os.mkfifo(fifo)
+    (ws / "p/BUILD").write_text(
+        f'genrule(name = "slow", outs = ["o"], cmd = "echo $$$$ > {fifo}; exec sleep 300")\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rbs", "build", "//p:slow", "--plain"],
+        cwd=ws,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            ready, _, _ = select.select([fd], [], [], 60)
+            assert ready, "the action never started"
+            pid = int(os.read(fd, 100).decode().strip())
+        finally:
+            os.close(fd)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    state = subprocess.run(
+        ["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True
+    ).stdout.strip()
+    assert state in ("", "Z"), f"the action's process {pid} still runs ({state})"
