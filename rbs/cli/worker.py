@@ -207,27 +207,20 @@ def _print_status(reply: Any) -> None:
 
     now = reply.now.ToDatetime()
     table = Table(title=f"{len(reply.workers)} worker(s)")
-    for col in (
-        "worker",
-        "state",
-        "cpus",
-        "memory",
-        "gpus",
-        "build slots",
-        "job slots",
-        "heartbeat",
-    ):
-        table.add_column(col)
+    # Short cells so the table fits 80 columns (pipes, CI logs) without truncation.
+    for col in ("worker", "name", "state", "cpus", "mem", "gpus", "build", "jobs", "beat"):
+        table.add_column(col, no_wrap=True)
     for w in reply.workers:
         age = (now - w.last_heartbeat.ToDatetime()).total_seconds()
         table.add_row(
-            f"{w.name} ({w.worker_id})" if w.name and w.name != w.worker_id else w.worker_id,
+            w.worker_id,
+            w.name,
             w.state,
             str(w.cpus),
-            f"{w.memory_bytes / (1 << 30):.1f} GiB",
+            f"{w.memory_bytes / (1 << 30):.1f}G",
             ",".join(w.gpu_ids) or "-",
-            f"{w.build_slots_used}/{w.build_slots} used",
-            f"{w.job_slots_used}/{w.job_slots} used",
+            f"{w.build_slots_used}/{w.build_slots}",
+            f"{w.job_slots_used}/{w.job_slots}",
             f"{age:.0f}s ago",
         )
     console = Console()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -73,6 +74,15 @@ def test_build_remote_runs_on_the_cluster_and_shares_its_cache(tmp_path: Path) -
         cached = rbs(three, "build", "//...", "--remote", target, "--remote-cache-only", env=auth)
         assert cached.returncode == 0, cached.stderr
         assert _counts(cached.stderr) == (local_only, hits)
+        # `rbs remote status` sees the worker and the (empty) job states.
+        st = rbs(one, "remote", "status", "--server", target, "--json", env=auth)
+        assert st.returncode == 0, st.stderr
+        status = json.loads(st.stdout)
+        (worker,) = status["workers"]
+        assert worker["state"] == "CONNECTED" and worker["build_slots"] == 4
+        assert status["queued_actions"] == 0 and "PENDING" in status["jobs_by_state"]
+        table = rbs(one, "remote", "status", "--server", target, env=auth)
+        assert table.returncode == 0 and "CONNECTED" in table.stdout
         # Without the token the server refuses, and the build says why.
         four = _ws(tmp_path, "four")
         refused = rbs(four, "build", "//...", "--remote", target, env={"RBS_REMOTE_TOKEN": ""})

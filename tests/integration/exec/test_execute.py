@@ -195,3 +195,20 @@ def test_status_reports_workers_slots_and_job_states(
     assert w.job_slots == 1 and w.cpus >= 1 and w.memory_bytes > 0
     assert status.queued_actions == 0 and status.running_actions == 0
     assert status.jobs_by_state["PENDING"] == 0 and "NODE_FAIL" in status.jobs_by_state
+
+
+def test_action_that_is_not_an_action_is_invalid_argument(
+    cas: RemoteStore, execution: re_grpc.ExecutionStub
+) -> None:
+    # Parses as a protobuf message but names no command or input root.
+    bogus = cas.put(b"\x52\x00", function=DigestFunction.BLAKE3)
+    with pytest.raises(grpc.RpcError) as e:
+        execute(execution, bogus)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "command_digest" in (e.value.details() or "")
+    # A timeout above the server's maximum is refused before anything runs.
+    too_long = make_action(cas, ["/bin/true"], timeout_s=10**7)
+    with pytest.raises(grpc.RpcError) as e:
+        execute(execution, too_long)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "maximum" in (e.value.details() or "")
