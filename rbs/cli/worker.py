@@ -74,6 +74,10 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Sandboxes and the local CAS cache [default: $RBS_HOME/worker].",
 )
+@click.option(
+    "--max-cache-size",
+    help="Bound the worker's local CAS cache, e.g. 20G (least recently used blobs go).",
+)
 @click.option("--name", default="", help="Name shown in `rbs remote status` [default: hostname].")
 @click.option("--address", default="", help="Address other nodes reach this one at.")
 @click.option(
@@ -102,6 +106,7 @@ def worker(
     build_slots: int | None,
     job_slots: int | None,
     work_dir: Path | None,
+    max_cache_size: str | None,
     name: str,
     address: str,
     reconnect_timeout: float,
@@ -110,6 +115,7 @@ def worker(
 ) -> None:
     """Run a worker: register with the server and run the build actions it leases."""
     from rbs.executor.worker import WorkerConfig, WorkerError
+    from rbs.remote.config import parse_size
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -127,6 +133,9 @@ def worker(
             build_slots=build_slots,
             job_slots=job_slots,
             reconnect_timeout_s=reconnect_timeout,
+            cache_max_bytes=(
+                parse_size(max_cache_size, "--max-cache-size") if max_cache_size else None
+            ),
         )
         asyncio.run(_run_worker(config, ready_file))
     except (ValueError, WorkerError, OSError) as e:

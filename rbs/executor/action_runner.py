@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 Uploader = Callable[[list[Digest]], None]
 Prefetcher = Callable[[Digest], None]
+Fetcher = Callable[[list[Digest]], None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +110,7 @@ class ActionRunner:
         output_store: BlobStore | None = None,
         upload: Uploader | None = None,
         prefetch: Prefetcher | None = None,
+        fetch: Fetcher | None = None,
         worker_name: str = "",
         link_inputs: bool = True,
         keep_sandboxes: bool = False,
@@ -116,6 +118,7 @@ class ActionRunner:
         self._store = store
         self._output_store = output_store or store
         self._prefetch = prefetch
+        self._fetch = fetch
         self._sandboxes = Path(work_dir) / "sandboxes"
         self._upload = upload
         self._worker_name = worker_name
@@ -187,11 +190,14 @@ class ActionRunner:
     # ------------------------------------------------------------------ steps
 
     def _load(self, digest: Digest) -> tuple[re_pb2.Action, re_pb2.Command]:
+        if self._fetch is not None:
+            self._fetch([digest])
         action = self._store.get_message(digest, re_pb2.Action())
         cd = action.command_digest
-        command = self._store.get_message(
-            Digest(function=digest.function, hash=cd.hash, size=cd.size_bytes), re_pb2.Command()
-        )
+        command_digest = Digest(function=digest.function, hash=cd.hash, size=cd.size_bytes)
+        if self._fetch is not None:
+            self._fetch([command_digest])
+        command = self._store.get_message(command_digest, re_pb2.Command())
         if not command.arguments:
             raise SandboxError("the Command has no arguments: nothing to run")
         return action, command

@@ -37,7 +37,6 @@ from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
 from rbs.cas.disk import DiskStore
 from rbs.cas.store import CHUNK
-from rbs.cas.tree import walk_tree
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionOutcome, ActionRunner
 from rbs.executor.cgroups import detect
@@ -108,6 +107,7 @@ class WorkerConfig:
     job_slots: int | None = None
     reconnect_timeout_s: float = 300.0
     link_inputs: bool = True
+    cache_max_bytes: int | None = None
 
     def __post_init__(self) -> None:
         parse_target(self.server)
@@ -121,6 +121,10 @@ class WorkerConfig:
                 raise ValueError(f"{what} must not be negative, got {value}")
         if self.reconnect_timeout_s <= 0:
             raise ValueError("the reconnect timeout must be positive")
+
+
+def _digest(d: re_pb2.Digest, fn: DigestFunction) -> Digest:
+    return Digest(function=fn, hash=d.hash, size=d.size_bytes)
 
 
 def worker_id_for(work_dir: Path) -> str:
@@ -173,7 +177,11 @@ class Worker:
         self.worker_id = self.register.worker_id
         self._channel = connect(config.server)
         self.remote = RemoteStore(self._channel, token=config.token)
-        self.local = DiskStore(config.work_dir / "cas")
+        # A cache, not a record: no fsync per blob (reads verify, so a blob torn by a
+        # crash is dropped and fetched again), bounded by --max-cache-size.
+        self.local = DiskStore(
+            config.work_dir / "cas", durable=False, max_size=config.cache_max_bytes
+        )
         self.store = TwoLevelStore(self.local, self.remote)
         self.runner = ActionRunner(
             self.store,
@@ -181,6 +189,7 @@ class Worker:
             output_store=self.local,
             upload=self._upload,
             prefetch=self._prefetch,
+            fetch=self._fetch,
             worker_name=self.register.name,
             link_inputs=config.link_inputs,
         )
@@ -440,10 +449,9 @@ class Worker:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
-    def _prefetch(self, root: Digest) -> None:
-        """Bring every input blob into the local cache, small ones in batch calls."""
-        files = {e.digest for _, e in walk_tree(self.store, root) if e and e.digest}
-        missing = self.local.find_missing(files)
+    def _fetch(self, digests: list[Digest]) -> None:
+        """Copy the blobs the local cache lacks from the server, small ones in batches."""
+        missing = self.local.find_missing(digests)
         small = [d for d in missing if d.size <= self.remote.batch_limit]
         if small:
             for d, data in self.remote.get_blobs(small).items():
@@ -451,6 +459,21 @@ class Worker:
         for d in missing:
             if d.size > self.remote.batch_limit:
                 self.store.fetch(d)
+
+    def _prefetch(self, root: Digest) -> None:
+        """Bring a whole input tree into the local cache: one batch per tree level, then
+        one for all files (instead of a round trip per blob)."""
+        files: set[Digest] = set()
+        level = [root]
+        while level:
+            self._fetch(level)
+            below: list[Digest] = []
+            for d in level:
+                directory = self.local.get_message(d, re_pb2.Directory())
+                files.update(_digest(f.digest, d.function) for f in directory.files)
+                below.extend(_digest(s.digest, d.function) for s in directory.directories)
+            level = below
+        self._fetch(sorted(files, key=lambda d: d.hash))
 
     def _upload(self, digests: list[Digest]) -> None:
         """Make the server's CAS hold every output blob (small ones in batch calls)."""
