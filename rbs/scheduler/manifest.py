@@ -108,8 +108,10 @@ def manifest_from_dict(data: Any) -> JobManifest:
     for key in ("name", "queue", "checkpoint_dir"):
         if data.get(key) is not None:
             kw[key] = _typed(data, key, str)
+    if "checkpoint_dir" in kw:
+        kw["checkpoint_dir"] = _job_path(kw["checkpoint_dir"], "manifest checkpoint_dir")
     kw["command"] = tuple(_str_list(data, "command"))
-    kw["outputs"] = tuple(_str_list(data, "outputs"))
+    kw["outputs"] = tuple(_job_path(p, "manifest outputs") for p in _str_list(data, "outputs"))
     if data.get("input_root") is not None:
         try:
             kw["input_root"] = Digest.parse(_typed(data, "input_root", str))
@@ -255,8 +257,11 @@ def apply_flags(
         "--array": ("array", specs.parse_array),
         "--nodes": ("nodes", lambda v: specs.parse_count(v, "--nodes", 1)),
         "--max-retries": ("max_retries", lambda v: specs.parse_count(v, "--max-retries")),
-        "--checkpoint-dir": ("checkpoint_dir", lambda v: _nonempty(v, "--checkpoint-dir")),
-        "--outputs": ("outputs", lambda v: tuple(v) if not isinstance(v, str) else (v,)),
+        "--checkpoint-dir": ("checkpoint_dir", lambda v: _job_path(v, "--checkpoint-dir")),
+        "--outputs": (
+            "outputs",
+            lambda v: tuple(_job_path(p, "--outputs") for p in ([v] if isinstance(v, str) else v)),
+        ),
     }
     for flag, value in flags.items():
         if value is None or value == () or value == []:
@@ -327,6 +332,25 @@ def _nonempty(value: Any, flag: str) -> str:
     if not text:
         raise SpecError(flag, value, "is empty", "a non-empty name")
     return text
+
+
+def _job_path(value: Any, flag: str) -> str:
+    """A path inside the job's working directory: relative, without '..'."""
+    text = str(value).strip()
+    parts = [p for p in text.split("/") if p not in ("", ".")]
+    if not text or "\0" in text:
+        problem = "is empty" if not text else "contains a NUL byte"
+    elif text.startswith("/"):
+        problem = "is absolute; paths are relative to the job's working directory"
+    elif ".." in parts:
+        problem = "uses '..' and would leave the job's working directory"
+    elif not parts:
+        problem = "names the working directory itself"
+    else:
+        return text
+    raise SpecError(
+        flag, value, problem, "a relative path inside the job, e.g. results/ or out.txt"
+    )
 
 
 def _field_hint(message: str) -> list[str]:
