@@ -1,0 +1,125 @@
+"""`rbs job` against the embedded local cluster (RBS_HOME in a temp folder), as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
+    env["RBS_HOME"] = str(home)
+    return env
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("rbs-home")
+    try:
+        yield home
+    finally:
+        # Always stop the local cluster, also when a test failed.
+        r = subprocess.run(
+            [sys.executable, "-m", "rbs", "remote", "down"],
+            env=_env(home),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert r.returncode == 0, r.stderr
+
+
+def rbs(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rbs", *args],
+        env=_env(home),
+        cwd=cwd or home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_submit_wait_logs_show_list_outputs(home: Path, tmp_path: Path) -> None:
+    r = rbs(home, "job", "submit", "--outputs", "hi.txt", "--", "sh", "-c", "echo hi | tee hi.txt")
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    assert job.isdigit()
+    assert "started a local cluster" in r.stderr  # the first use says so, once
+
+    r = rbs(home, "job", "wait", job, "--timeout", "60")
+    assert (r.returncode, r.stdout.split()) == (0, [job, "COMPLETED"]), r.stderr
+
+    r = rbs(home, "job", "logs", job)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] != "hi"
+    assert "hi" in r.stdout.splitlines()
+    assert "[rbs] ended COMPLETED" in r.stdout
+
+    r = rbs(home, "job", "logs", job, "--json")
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["seq"] for x in lines] == list(range(1, len(lines) + 1))
+    assert {"stream": "out", "text": "hi"}.items() <= next(
+        x for x in lines if x["stream"] == "out"
+    ).items()
+
+    r = rbs(home, "job", "show", job, "--json")
+    info = json.loads(r.stdout)
+    assert (info["job_id"], info["state"], info["exit_code"]) == (job, "COMPLETED", 0)
+    assert "started a local cluster" not in r.stderr
+
+    r = rbs(home, "job", "list", "--history", "--json")
+    assert job in [json.loads(x)["job_id"] for x in r.stdout.splitlines()]
+
+    dest = tmp_path / "dl"
+    r = rbs(home, "job", "outputs", job, "--dest", str(dest))
+    assert r.returncode == 0, r.stderr
+    assert (dest / "hi.txt").read_text() == "hi\n"
+
+
+def test_failed_job_makes_wait_fail(home: Path) -> None:
+    r = rbs(home, "job", "submit", "--wait", "--", "sh", "-c", "exit 3")
+    assert r.returncode == 1
+    job = r.stdout.strip()
+    assert f"job {job}: FAILED" in r.stderr
+    r = rbs(home, "job", "wait", job)
+    assert (r.returncode, r.stdout.split()) == (1, [job, "FAILED"])
+
+
+def test_cancel_and_queues(home: Path) -> None:
+    r = rbs(home, "job", "submit", "--", "sleep", "30")
+    job = r.stdout.strip()
+    r = rbs(home, "job", "cancel", job)
+    assert (r.returncode, r.stdout.strip()) == (0, f"cancelled {job}"), r.stderr
+    r = rbs(home, "job", "wait", job, "--timeout", "60")
+    assert r.stdout.split() == [job, "CANCELLED"]
+    r = rbs(home, "job", "queues", "--json")
+    assert "batch" in [q["name"] for q in json.loads(r.stdout)]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--time", "banana"),
+        ("--cpus", "lots"),
+        ("--memory-gb", "-1"),
+        ("--array", "5-1"),
+        ("--deps", "afterwards:1"),
+        ("--priority", "high"),
+        ("--env", "1BAD=x"),
+        ("--outputs", "/etc/passwd"),
+        ("--checkpoint-dir", "../up"),
+    ],
+)
+def test_bad_flag_values_exit_2_naming_the_flag(home: Path, flag: str, value: str) -> None:
+    r = rbs(home, "job", "submit", flag, value, "--", "true")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert flag in r.stderr or flag.lstrip("-") in r.stderr, r.stderr
+    assert r.stdout == ""
