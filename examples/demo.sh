@@ -27,6 +27,7 @@ step "rbs build //train:all    (a job target's build writes rbs-out/train/<name>
 "$rbs" build //train:all
 echo "rbs-out/train/count_words.job.json:"
 cat rbs-out/train/count_words.job.json
+echo
 
 step "rbs job submit //train:count_words --wait    (a batch_job: one node)"
 id=$("$rbs" job submit //train:count_words --wait)

@@ -296,7 +296,7 @@ def write_manifests(
                 store.put_file(root / (f.path if f.is_source else out_path(f.path)), expected=d)
             entries[rel] = TreeEntry(digest=d, executable=exe)
         tree = build_tree(store, entries)
-        text = manifest_to_json(make_manifest(job, tree)) + "\n"
+        text = manifest_to_json(make_manifest(job, tree))
         rel_path = manifest_path(label)
         dest = root / rel_path
         dest.parent.mkdir(parents=True, exist_ok=True)

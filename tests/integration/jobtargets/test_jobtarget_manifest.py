@@ -29,7 +29,7 @@ def test_build_writes_the_canonical_manifest_and_stores_a_runnable_tree(tmp_path
     assert build(root) == {JOB: "rbs-out/app/job.job.json"}
     text = (root / "rbs-out/app/job.job.json").read_text()
     m = manifest_from_json(text)
-    assert text == manifest_to_json(m) + "\n"
+    assert text == manifest_to_json(m)  # exactly the canonical form, no newline
     assert m.command == ("./app/show", "a1")
     assert m.input_root is not None
     store = DiskStore(root / ".rbs" / "cas")
