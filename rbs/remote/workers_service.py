@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
 import grpc
@@ -160,7 +160,11 @@ class WorkerHub:
         for lease in leases:
             by_worker.setdefault(lease.worker_id, []).append(lease)
         for worker_id, info_json, _ in workers:
-            info = _info_from_json(info_json)
+            try:
+                info = _info_from_json(info_json)
+            except (ValueError, TypeError) as e:
+                log.warning("ignoring unreadable record of worker %s: %s", worker_id, e)
+                continue
             self.dispatcher.restore(info, by_worker.pop(worker_id, []), now)
         for orphans in by_worker.values():
             for lease in orphans:
@@ -366,6 +370,9 @@ def _info_from_proto(r: w_pb2.Register) -> WorkerInfo:
 
 def _info_from_json(text: str) -> WorkerInfo:
     data: dict[str, Any] = json.loads(text)
+    # Records written by another rbs version may have other fields: keep the known ones.
+    known = {f.name for f in fields(WorkerInfo)}
+    data = {k: v for k, v in data.items() if k in known}
     for key in ("gpu_ids", "container_runtimes"):
         data[key] = tuple(data.get(key, ()))
     return WorkerInfo(**data)
