@@ -107,6 +107,7 @@ class LocalRunner(ActionRunner):
         self.exec_root_name = exec_root_name
         self.sandbox_root = sandbox_root
         self.keep = keep_sandboxes
+        _ABORTED.clear()  # a new build in this process starts un-aborted
         sandbox_root.mkdir(parents=True, exist_ok=True)
         # Finished sandboxes are deleted by one background thread, off the critical path.
         self._trash: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
@@ -200,11 +201,14 @@ TIMEOUT_EXIT = 124  # what `timeout(1)` exits with; REAPI's DEADLINE_EXCEEDED lo
 
 _LIVE: set[int] = set()  # process groups of running actions, killed on abort
 _LIVE_LOCK = threading.Lock()
+_ABORTED = threading.Event()
 
 
 def kill_running() -> None:
-    """Kill every action process group still running (Ctrl-C, or an aborted build)."""
+    """Kill every action process group still running (Ctrl-C, or an aborted build), and
+    any that registers later: a child can start before its thread records it."""
     with _LIVE_LOCK:
+        _ABORTED.set()
         groups = list(_LIVE)
     for pgid in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -226,6 +230,8 @@ def _run_process(
     ) as proc:
         with _LIVE_LOCK:
             _LIVE.add(proc.pid)
+            if _ABORTED.is_set():
+                os.killpg(proc.pid, signal.SIGKILL)
         try:
             out, err = proc.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
