@@ -109,6 +109,7 @@ class Executor:
         self.listener = listener or Listener()
         self.test_timeout = test_timeout
         self._lock = threading.Lock()
+        self._made_dirs: set[str] = set()
 
     @property
     def backend(self) -> Backend:
@@ -280,12 +281,20 @@ class Executor:
     def _publish(self, exec_path: str, digest: Digest, executable: bool) -> None:
         rel = out_path(exec_path)
         dest = self.root / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.rbs-tmp-{os.getpid()}-{threading.get_ident()}")
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        self.backend.export(digest, tmp, executable)
-        os.replace(tmp, dest)
+        parent = str(dest.parent)
+        if parent not in self._made_dirs:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            self._made_dirs.add(parent)
+        try:
+            # First build: link straight into place (one system call).
+            self.backend.export(digest, dest, executable)
+        except FileExistsError:
+            # Replace an older output atomically, never leaving a half-written file.
+            tmp = dest.with_name(f".{dest.name}.rbs-tmp-{os.getpid()}-{threading.get_ident()}")
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            self.backend.export(digest, tmp, executable)
+            os.replace(tmp, dest)
         with self._lock:
             self.state.published[rel] = out_key(dest)
 

@@ -48,6 +48,7 @@ class LocalActionCache(ActionCache):
     def __init__(self, root: Path, store: BlobStore) -> None:
         self.root = root
         self.store = store
+        self._made: set[str] = set()  # shard folders known to exist
 
     def _path(self, d: Digest) -> Path:
         return self.root / d.hash[:2] / d.hash
@@ -69,7 +70,9 @@ class LocalActionCache(ActionCache):
 
     def put(self, action: PreparedAction, result: ExecResult) -> None:
         path = self._path(action.digest)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent.name not in self._made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._made.add(path.parent.name)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp.")
         with os.fdopen(fd, "wb") as f:
             f.write(
