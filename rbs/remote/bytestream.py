@@ -142,6 +142,13 @@ class _StreamingUpload:
             self.writer.abort()
 
 
+def _close_after(read: asyncio.Future[bytes], f: BinaryIO) -> None:
+    """Close a blob file once the read-ahead still using it has ended."""
+    if not read.cancelled():
+        read.exception()  # retrieved, so asyncio does not log it: the call has ended
+    f.close()
+
+
 class _GroupCommit:
     """Small blobs from concurrent Write calls made durable together (group commit).
 
@@ -260,12 +267,23 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
             return
         f = await asyncio.to_thread(self._open_at, digest, offset)
         zstd = zstandard.ZstdCompressor(level=1).compressobj() if compressed else None
+        loop = asyncio.get_running_loop()
+        ahead: asyncio.Future[bytes] | None = None
+
+        def read_next(left: int) -> asyncio.Future[bytes]:
+            n = min(CHUNK, left)
+            return loop.run_in_executor(None, self._read_chunk, f, n, zstd, n == left)
+
         try:
             left = length
-            while left > 0:
-                n = min(CHUNK, left)
-                left -= n
-                data = await asyncio.to_thread(self._read_chunk, f, n, zstd, left == 0)
+            if left > 0:
+                ahead = read_next(left)
+            while ahead is not None:
+                # Shielded: the file must not be closed under a read still in its thread.
+                data = await asyncio.shield(ahead)
+                left -= min(CHUNK, left)
+                # Read the next chunk while this one goes out.
+                ahead = read_next(left) if left > 0 else None
                 if not data and zstd is None:
                     raise NotFound(f"blob {digest} ended early; it has been removed")
                 if data:
@@ -273,7 +291,10 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
             if length == 0:
                 yield bs_pb2.ReadResponse(data=b"")
         finally:
-            f.close()
+            if ahead is None:
+                f.close()
+            else:
+                ahead.add_done_callback(lambda done: _close_after(done, f))
 
     # -- Write --------------------------------------------------------------------
 
