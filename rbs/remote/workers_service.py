@@ -234,6 +234,11 @@ class WorkerHub:
             if view.state is WorkerState.LOST and wid not in self._lost_seen:
                 self._lost_seen.add(wid)
                 log.warning("worker %s is lost", wid)
+                session = self._sessions.get(wid)
+                if session is not None:
+                    # Silent but still connected (frozen, overloaded): end its stream so
+                    # that, if it wakes up, it registers afresh and drops what it holds.
+                    session.outbox.put_nowait(None)
                 if self.jobs is not None:
                     self.jobs.worker_lost(wid)
 

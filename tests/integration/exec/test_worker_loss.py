@@ -135,3 +135,46 @@ def test_killed_worker_action_reruns_on_another(
     with contextlib.suppress(ProcessLookupError):
         os.killpg(first_pid, signal.SIGKILL)
     channel.close()
+
+
+def test_silent_worker_is_lost_after_its_heartbeats_stop(
+    two_workers: tuple[Cluster, dict[str, subprocess.Popen[bytes]]], tmp_path: Path
+) -> None:
+    """A frozen worker keeps its connection open but stops heartbeating (SIGSTOP)."""
+    cluster, procs = two_workers
+    pids = tmp_path / "pids"
+    channel = connect(cluster.target)
+    cas = RemoteStore(channel)
+    digest = make_action(cas, ["/bin/sh", "-c", f"echo $$ >> {pids}; sleep 1; echo ok"], outputs=[])
+    req = re_pb2.ExecuteRequest(
+        action_digest=re_pb2.Digest(hash=digest.hash, size_bytes=digest.size),
+        digest_function=re_pb2.DigestFunction.BLAKE3,
+    )
+    stream = re_grpc.ExecutionStub(channel).Execute(req, timeout=60)
+    status = w_grpc.WorkersStub(channel)
+    deadline = time.monotonic() + 20
+    busy = None
+    while busy is None and time.monotonic() < deadline:
+        busy = next(
+            (
+                w.worker_id
+                for w in status.Status(w_pb2.StatusRequest()).workers
+                if w.build_slots_used
+            ),
+            None,
+        )
+        time.sleep(0.02)
+    assert busy is not None
+    os.kill(procs[busy].pid, signal.SIGSTOP)
+    try:
+        ops = list(stream)
+        resp = re_pb2.ExecuteResponse()
+        assert ops[-1].response.Unpack(resp)
+        assert resp.status.code == code_pb2.OK, resp.status.message
+        view = {w.worker_id: w.state for w in status.Status(w_pb2.StatusRequest()).workers}
+        assert view[busy] == "LOST"
+    finally:
+        os.kill(procs[busy].pid, signal.SIGCONT)
+    # Thawed, the worker reconnects; its late result is ignored (the operation is done).
+    cluster.wait_workers(2)
+    channel.close()
