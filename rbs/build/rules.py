@@ -265,6 +265,10 @@ def check_attrs(
     out: dict[str, Any] = {}
     for name, value in given.items():
         spec = specs.get(name)
+        if spec is not None and name.startswith("_"):
+            raise ValueError(
+                f"attribute {name!r} of {rule.kind} is private (it starts with '_'); it keeps its default"
+            )
         if spec is None:
             near = closest(name, [n for n in specs if not specs[n].ignored] or list(specs))
             hint = f"; did you mean {near!r}?" if near else ""

@@ -314,3 +314,37 @@ def test_executable_genrule_output_can_be_run(make_ws: MakeWs) -> None:
     assert r.ok, r.report.failures
     assert os.access(root / "rbs-out/bin/g/hi.sh", os.X_OK)
     assert out(root, "g/out.txt") == "hi\n"
+
+
+def test_custom_rule_runs_a_py_binary_tool_with_args(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "tools/BUILD": 'py_binary(name = "upper", srcs = ["upper.py"], deps = [":util"])\npy_library(name = "util", srcs = ["util.py"])\n',
+            "tools/util.py": "def shout(s):\n    return s.upper()\n",
+            "tools/upper.py": (
+                "import sys\nfrom tools.util import shout\n"
+                "src, dst = sys.argv[1], sys.argv[2]\n"
+                "open(dst, 'w').write(shout(open(src).read()))\n"
+            ),
+            "defs/BUILD": "",
+            "defs/upper.rbs": (
+                "def _impl(ctx):\n"
+                '    out = ctx.actions.declare_file(ctx.label.name + ".txt")\n'
+                "    args = ctx.actions.args()\n"
+                "    args.add(ctx.file.src)\n"
+                "    args.add(out)\n"
+                "    ctx.actions.run(executable = ctx.executable._tool, arguments = [args],\n"
+                '                    inputs = [ctx.file.src], outputs = [out], mnemonic = "Upper")\n'
+                "    return [DefaultInfo(files = depset([out]))]\n"
+                "upper = rule(implementation = _impl, attrs = {\n"
+                '    "src": attr.label(allow_single_file = True),\n'
+                '    "_tool": attr.label(default = "//tools:upper", executable = True, cfg = "exec"),\n'
+                "})\n"
+            ),
+            "p/BUILD": 'load("//defs:upper.rbs", "upper")\nupper(name = "u", src = "in.txt")\n',
+            "p/in.txt": "quiet words\n",
+        }
+    )
+    r = build(root, "//p:u")
+    assert r.ok, r.report.failures
+    assert out(root, "p/u.txt") == "QUIET WORDS\n"
