@@ -120,9 +120,7 @@ class Scheduler:
             if worker is not None and worker.alive:
                 lc.worker_lost(st, worker)
         elif isinstance(ev, Heartbeat):
-            worker = st.workers.get(ev.worker_id)
-            if worker is not None:
-                worker.last_seen = st.now
+            self._seen(ev.worker_id)
         elif isinstance(ev, Tick):
             self._tick()
         else:  # pragma: no cover - the Event union is closed
@@ -221,9 +219,16 @@ class Scheduler:
 
     # ---- task and worker reports
 
+    def _seen(self, worker_id: str) -> None:
+        # Any report from a live worker counts as a heartbeat.
+        worker = self._st.workers.get(worker_id)
+        if worker is not None and worker.alive:
+            worker.last_seen = self._st.now
+
     def _started(self, ev: TaskStarted) -> None:
         st = self._st
         r = ev.run
+        self._seen(ev.worker_id)
         job = st.jobs.get(r.job_id)
         run = job.runs.get(Job.raw_of(r.index)) if job else None
         if job is None or run is None or run.attempt != r.attempt or run.confirmed_time is not None:
@@ -237,6 +242,7 @@ class Scheduler:
     def _exited(self, ev: TaskExited) -> None:
         st = self._st
         r = ev.run
+        self._seen(ev.worker_id)
         run = lc.find_run(st, r.job_id, r.index, r.attempt)
         if run is None or r.rank >= len(run.nodes):
             log.debug("ignoring exit of unknown run %s", r.lease_id)
@@ -403,6 +409,6 @@ class Scheduler:
     def queues(self) -> list[QueueView]:
         return queue_views(self._st)
 
-    @property
-    def pending_passes(self) -> bool:
-        return self._st.need_pass
+    def has_unfinished_jobs(self) -> bool:
+        """Whether any job is not yet in a terminal state (O(jobs); for simulations)."""
+        return any(not j.state.terminal for j in self._st.jobs.values())

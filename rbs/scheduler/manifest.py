@@ -144,8 +144,12 @@ def manifest_from_dict(data: Any) -> JobManifest:
     )
     kw["env"] = _env(data.get("env") or {})
     kw["resources"] = _resources(data.get("resources") or {})
-    if "name" not in kw and kw["command"]:
-        kw["name"] = os.path.basename(kw["command"][0])
+    if not kw["command"] or not kw["command"][0]:
+        raise SpecError(
+            "manifest command", data.get("command"), "command is empty", '["prog", "arg"]'
+        )
+    if "name" not in kw:
+        kw["name"] = os.path.basename(kw["command"][0]) or kw["command"][0]
     try:
         return JobManifest(**kw)
     except (ValueError, TypeError) as e:

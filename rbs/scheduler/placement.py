@@ -17,63 +17,128 @@ import math
 
 from rbs.model import Resources
 from rbs.scheduler.lifecycle import start_run
+from rbs.scheduler.policy import Shape, dominates, shape_of
 from rbs.scheduler.state import Job, SchedState
 from rbs.scheduler.workers import WorkerState
 
 INF = math.inf
-_Shape = tuple[int, int, int, int, float]  # cpu, memory, gpus, min nodes, time limit
-
-
-def _shape(job: Job) -> _Shape:
-    r = job.manifest.resources
-    limit = float(job.time_limit) if job.time_limit is not None else INF
-    return (r.cpu_millis, r.memory_bytes, r.gpus, job.manifest.node_range[0], limit)
-
-
-def _dominates(a: _Shape, b: _Shape) -> bool:
-    return all(x >= y for x, y in zip(a, b, strict=True))
 
 
 def schedule(st: SchedState) -> None:
     """One pass over the ready queue; starts what fits and records pending reasons."""
     st.need_pass = False
     st.pass_no += 1
-    reserved: dict[str, float] = {}
-    failed: list[tuple[_Shape, str]] = []
-    reservations = 0
-    for job in st.ready:
-        job.eval_pass = st.pass_no
-        reason = _fill(st, job, reserved, failed)
-        if reason is None:
-            continue
-        depth_left = reservations < st.config.reservation_depth
-        if reason == "Resources" and depth_left and _reserve(st, job, reserved):
-            reservations += 1
-        if job.reason != reason:
-            st.set_state(job, job.state, reason)
-        if not _capacity_left(st, reserved):
-            break
+    Pass(st).run()
 
 
-def _fill(
-    st: SchedState, job: Job, reserved: dict[str, float], failed: list[tuple[_Shape, str]]
-) -> str | None:
-    """Start as many of the job's tasks as fit; the pending reason for the rest, if any."""
-    throttle = job.manifest.array.throttle if job.manifest.array is not None else None
-    shape = _shape(job)
-    while job.pool.pending:
-        if throttle is not None and len(job.runs) >= throttle:
-            return "JobArrayTaskLimit"
-        for other, why in failed:
-            if _dominates(shape, other):
-                return "Priority" if reserved and why != "ReqNodeNotAvail" else why
-        placement = place(st, job, reserved)
-        if placement is None:
-            why = _diagnose(st, job, reserved)
-            failed.append((shape, why))
-            return why
-        start_run(st, job, placement)
-    return None
+class Pass:
+    """The per-pass bookkeeping: reservations, shapes known not to fit, cached estimates.
+
+    Capacity only shrinks during a pass (starts, reservations), so a task shape that
+    failed once fails for the rest of the pass, and so does every shape at least as big.
+    `open_shapes` holds the queue's shapes not yet ruled out; the pass ends when it is
+    empty or no worker has room left.
+    """
+
+    def __init__(self, st: SchedState) -> None:
+        self.st = st
+        self.reserved: dict[str, float] = {}
+        self.reservations = 0
+        self.open_shapes = set(st.ready.shapes)
+        self.blocked: dict[Shape, str] = {}
+        self.capable: dict[tuple[Resources, int], int] = {}
+        self.releases: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
+
+    def run(self) -> None:
+        st = self.st
+        for job in st.ready:
+            job.eval_pass = st.pass_no
+            reason = self.fill(job)
+            if reason is None:
+                continue
+            depth_left = self.reservations < st.config.reservation_depth
+            if reason == "Resources" and depth_left and self.reserve(job):
+                self.reservations += 1
+            if job.reason != reason:
+                st.set_state(job, job.state, reason)
+            if not self.open_shapes or not _capacity_left(st, self.reserved):
+                break
+
+    def fill(self, job: Job) -> str | None:
+        """Start as many of the job's tasks as fit; the pending reason for the rest, if any."""
+        st = self.st
+        throttle = job.manifest.array.throttle if job.manifest.array is not None else None
+        shape = shape_of(job)
+        while job.pool.pending:
+            if throttle is not None and len(job.runs) >= throttle:
+                return "JobArrayTaskLimit"
+            if shape not in self.open_shapes:
+                why = self.blocked.get(shape, "Resources")
+                return "Priority" if self.reserved and why != "ReqNodeNotAvail" else why
+            placement = place(st, job, self.reserved)
+            if placement is None:
+                why = self.diagnose(job)
+                for other in [s for s in self.open_shapes if dominates(s, shape)]:
+                    self.open_shapes.discard(other)
+                    self.blocked[other] = why
+                self.blocked[shape] = why
+                return why
+            start_run(st, job, placement)
+        return None
+
+    def diagnose(self, job: Job) -> str:
+        st = self.st
+        res = job.manifest.resources
+        lo = job.manifest.node_range[0]
+        key = (res, lo)
+        if key not in self.capable:
+            self.capable[key] = sum(
+                1 for w in st.workers.values() if w.alive and w.could_ever_fit(res)
+            )
+        if self.capable[key] < lo:
+            return "ReqNodeNotAvail"  # the workers that could run it are down or absent
+        if self.reserved and place(st, job, {}) is not None:
+            return "Priority"  # it would fit, but on resources promised to a job ahead of it
+        return "Resources"
+
+    def reserve(self, job: Job) -> bool:
+        """Promise the workers where the job fits soonest to it, as of that time."""
+        st = self.st
+        res = job.manifest.resources
+        lo = job.manifest.node_range[0]
+        times = sorted(
+            (self.available_at(w, res), w.worker_id)
+            for w in st.workers.values()
+            if w.alive and w.worker_id not in self.reserved and w.could_ever_fit(res)
+        )
+        if len(times) < lo:
+            return False
+        chosen = times[:lo]
+        at = chosen[-1][0]  # a gang starts when its last node is free
+        for _, worker_id in chosen:
+            self.reserved[worker_id] = at
+        return True
+
+    def available_at(self, w: WorkerState, res: Resources) -> float:
+        """When `res` will be free on `w` if everything there runs to its time limit."""
+        cpu, mem, gpus, slots = w.free_cpu, w.free_mem, len(w.free_gpus), w.free_slots
+        need_cpu, need_mem, need_gpus = res.cpu_millis, res.memory_bytes, res.gpus
+        if cpu >= need_cpu and mem >= need_mem and gpus >= need_gpus and slots >= 1:
+            return self.st.now
+        # Allocations are only added during a pass, so their count versions the cache.
+        version = (w.worker_id, len(w.allocs))
+        releases = self.releases.get(version)
+        if releases is None:
+            releases = sorted(
+                (self.st.node_deadline(k), n.cpu_millis, n.memory_bytes, len(n.gpus))
+                for k, n in w.allocs.items()
+            )
+            self.releases[version] = releases
+        for end, c, m, g in releases:
+            cpu, mem, gpus, slots = cpu + c, mem + m, gpus + g, slots + 1
+            if cpu >= need_cpu and mem >= need_mem and gpus >= need_gpus and slots >= 1:
+                return end
+        return INF
 
 
 def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerState] | None:
@@ -100,55 +165,6 @@ def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerSt
         return None
     rest = [w for w in fits if w is not head][: hi - 1]
     return [head, *rest]
-
-
-def _diagnose(st: SchedState, job: Job, reserved: dict[str, float]) -> str:
-    res = job.manifest.resources
-    lo = job.manifest.node_range[0]
-    capable = sum(1 for w in st.workers.values() if w.alive and w.could_ever_fit(res))
-    if capable < lo:
-        return "ReqNodeNotAvail"  # the workers that could run it are down or absent
-    if reserved and place(st, job, {}) is not None:
-        return "Priority"  # it would fit, but on resources promised to a job ahead of it
-    return "Resources"
-
-
-def _reserve(st: SchedState, job: Job, reserved: dict[str, float]) -> bool:
-    res = job.manifest.resources
-    lo = job.manifest.node_range[0]
-    times = sorted(
-        (_available_at(st, w, res), w.worker_id)
-        for w in st.workers.values()
-        if w.alive and w.worker_id not in reserved and w.could_ever_fit(res)
-    )
-    if len(times) < lo:
-        return False
-    chosen = times[:lo]
-    at = chosen[-1][0]  # a gang starts when its last node is free
-    for _, worker_id in chosen:
-        reserved[worker_id] = at
-    return True
-
-
-def _available_at(st: SchedState, w: WorkerState, res: Resources) -> float:
-    """When `res` will be free on `w` if everything there runs to its time limit."""
-    cpu, mem, gpus, slots = w.free_cpu, w.free_mem, len(w.free_gpus), w.free_slots
-
-    def ok() -> bool:
-        return cpu >= res.cpu_millis and mem >= res.memory_bytes and gpus >= res.gpus and slots >= 1
-
-    if ok():
-        return st.now
-    for end, node in sorted(
-        ((st.node_deadline(k), n) for k, n in w.allocs.items()), key=lambda x: x[0]
-    ):
-        cpu += node.cpu_millis
-        mem += node.memory_bytes
-        gpus += len(node.gpus)
-        slots += 1
-        if ok():
-            return end
-    return INF
 
 
 def _capacity_left(st: SchedState, reserved: dict[str, float]) -> bool:

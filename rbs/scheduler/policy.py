@@ -49,6 +49,18 @@ def breakdown(config: SchedulerConfig, job: Job, now: float) -> PriorityBreakdow
 
 
 _Entry = tuple[int, float, int]  # -total priority, eligible time, job id
+Shape = tuple[int, int, int, int, float]  # cpu, memory, gpus, min nodes, time limit
+
+
+def shape_of(job: Job) -> Shape:
+    """What one task of the job needs; a job needing at least another's shape fits no sooner."""
+    r = job.manifest.resources
+    limit = float(job.time_limit) if job.time_limit is not None else math.inf
+    return (r.cpu_millis, r.memory_bytes, r.gpus, job.manifest.node_range[0], limit)
+
+
+def dominates(a: Shape, b: Shape) -> bool:
+    return a[0] >= b[0] and a[1] >= b[1] and a[2] >= b[2] and a[3] >= b[3] and a[4] >= b[4]
 
 
 class ReadyQueue:
@@ -60,6 +72,8 @@ class ReadyQueue:
         self._members: dict[int, _Entry] = {}
         self._jobs: dict[int, Job] = {}
         self._epoch = 0
+        # Distinct task shapes among members, so a pass can stop once none can fit.
+        self.shapes: dict[Shape, int] = {}
 
     def __len__(self) -> int:
         return len(self._members)
@@ -78,12 +92,18 @@ class ReadyQueue:
         entry = self._key(job)
         self._members[job.id] = entry
         self._jobs[job.id] = job
+        shape = shape_of(job)
+        self.shapes[shape] = self.shapes.get(shape, 0) + 1
         bisect.insort(self._entries, entry)
 
     def discard(self, job_id: int) -> None:
         # Lazy: the entry stays in the list until the next compaction.
         if self._members.pop(job_id, None) is not None:
-            del self._jobs[job_id]
+            shape = shape_of(self._jobs.pop(job_id))
+            if self.shapes[shape] == 1:
+                del self.shapes[shape]
+            else:
+                self.shapes[shape] -= 1
 
     def advance(self, now: float) -> bool:
         """Move to the age step of `now`; True if that re-sorted the queue."""
