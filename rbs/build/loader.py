@@ -14,6 +14,7 @@ from rbs.build.errors import (
     BuildError,
     Location,
     call_site,
+    closest,
     location_from_starlark,
     starlark_message,
 )
@@ -88,7 +89,14 @@ class Loader:
         try:
             text = path.read_text()
         except FileNotFoundError:
-            raise FileNotFoundError(f"cannot load {label}: no file {display_path(label)}") from None
+            near = None
+            if path.parent.is_dir():
+                names = [p.name for p in path.parent.iterdir() if p.suffix in (".rbs", ".bzl")]
+                near = closest(label.name, names)
+            hint = f"; did you mean {label.sibling(near)}?" if near else ""
+            raise FileNotFoundError(
+                f"cannot load {label}: no file {display_path(label)}{hint}"
+            ) from None
         self.files_read[display_path(label)] = path
         return text
 

@@ -232,6 +232,10 @@ def test_error_inside_loaded_rbs_points_at_it(make_ws: MakeWs) -> None:
 def test_load_of_missing_file(make_ws: MakeWs) -> None:
     e = error_of(make_ws({"p/BUILD": 'load(":nope.rbs", "x")\n'}))
     assert "nope.rbs" in e.message and str(e.location).startswith("p/BUILD:1")
+    e2 = error_of(
+        make_ws({"q/BUILD": 'load(":defz.rbs", "x")\n', "q/defs.rbs": "x = 1\n"}), "//q:all"
+    )
+    assert "did you mean //q:defs.rbs?" in e2.message
 
 
 def test_missing_mandatory_and_file_misplaced(make_ws: MakeWs) -> None:
