@@ -316,6 +316,8 @@ class Analyzer(ActionHooks):
             is_test=rule.test,
             location=target.location,
             deps=tuple(cur.deps),
+            args=tuple(target.attrs.get("args") or ()) if exe else (),
+            env=tuple(sorted((target.attrs.get("env") or {}).items())) if exe else (),
             providers=providers,
         )
         canon = {

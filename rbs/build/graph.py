@@ -104,6 +104,9 @@ class TargetInfo:
     is_test: bool = False
     location: Location | None = None
     deps: tuple[Label, ...] = ()
+    # For executables: the `args` and `env` attributes, used by `rbs run` (and tests).
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
     # Providers other than DefaultInfo, as plain data (JSON-like), keyed by provider key.
     providers: Mapping[str, Any] = field(default_factory=dict)
 

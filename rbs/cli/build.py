@@ -237,10 +237,12 @@ def run(
         BUILD_WORKSPACE_DIRECTORY=str(root),
         BUILD_WORKING_DIRECTORY=os.getcwd(),
     )
+    env.update(info.env)
     sys.stdout.flush()
     sys.stderr.flush()
     os.chdir(rf / result.graph.workspace_name)
-    os.execve(exe, [str(exe), *args], env)
+    # As with Bazel, the target's `args` come first, then those after `--`.
+    os.execve(exe, [str(exe), *info.args, *args], env)
 
 
 @click.command("query")

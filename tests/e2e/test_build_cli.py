@@ -42,6 +42,16 @@ def test_build_run_query_clean(ws: Path) -> None:
     run = rbs(ws, "run", "//greet:hello", "--", "Ada")
     assert run.returncode == 0, run.stderr
     assert run.stdout.endswith("(3 words)\nHello, Ada!\n")
+    build_file = ws / "greet/BUILD"
+    build_file.write_text(
+        build_file.read_text().replace(
+            'deps = [":greeting"],\n    data',
+            'deps = [":greeting"],\n    args = ["Grace"],\n    data',
+            1,
+        )
+    )
+    run2 = rbs(ws, "run", "//greet:hello", "--", "Ada")
+    assert run2.stdout.endswith("Hello, Grace!\nHello, Ada!\n"), run2.stdout + run2.stderr
     q = rbs(ws, "query", "deps(//greet:count)")
     assert q.stdout.split() == [
         "//greet:count",
