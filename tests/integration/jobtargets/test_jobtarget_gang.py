@@ -139,5 +139,6 @@ def test_elastic_job_takes_the_nodes_it_can_get(
     job = _submit(client, root)
     info = cluster.wait(job, timeout=60)
     assert info.state == "COMPLETED"
-    lines = sorted(x.text for x in client.logs(job) if x.stream == "out")
-    assert lines == ["rank 0 of 2", "rank 1 of 2"]
+    # Rank 0 ends the job, so rank 1 may be stopped before it prints: rank 0 tells the size.
+    assert "rank 0 of 2" in [x.text for x in client.logs(job) if x.stream == "out"]
+    assert len(info.raw["workers"]) == 2
