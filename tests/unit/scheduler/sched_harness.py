@@ -55,7 +55,8 @@ class Harness:
     """A validating Scheduler with a clock and helpers for events and instruction lists."""
 
     def __init__(self, config: SchedulerConfig | None = None) -> None:
-        self.sched = Scheduler(config or SchedulerConfig(), validate=True)
+        # Tests that are not about heartbeats should not lose workers to silence.
+        self.sched = Scheduler(config or SchedulerConfig(heartbeat_timeout=1e9), validate=True)
         self.now = 0.0
         self.last: list[Instruction] = []
 
