@@ -329,6 +329,7 @@ class Loader:
         m.add_callable("package", lambda **kw: None)
         m.add_callable("licenses", lambda *a, **kw: None)
         m.add_callable("package_group", lambda **kw: None)
+        m.add_callable("select", _no_select)
         requester = Label(package=name, name=path.name)
         loader = self._file_loader(requester)
         self._current = pkg
@@ -352,6 +353,13 @@ def _job_spec(**kw: Any) -> dict[str, Any]:
     from rbs.build.jobtarget import job_spec
 
     return job_spec(**kw)
+
+
+def _no_select(*args: Any, **kwargs: Any) -> Any:
+    raise ValueError(
+        "select() is not supported by rbs yet; give the attribute a plain value "
+        "(or choose it in a macro in a .rbs file)"
+    )
 
 
 def _renamed(rc: RuleClass, kind: str) -> RuleClass:

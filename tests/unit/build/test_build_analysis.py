@@ -301,3 +301,14 @@ def test_output_clashing_with_a_source_file(make_ws: MakeWs) -> None:
     assert (
         "conflicts with the source file p/a.txt" in e.message and str(e.location) == "p/BUILD:1:1"
     )
+
+
+def test_select_is_refused_clearly(make_ws: MakeWs) -> None:
+    e = error_of(
+        make_ws(
+            {
+                "p/BUILD": 'genrule(name = "g", outs = ["o"], cmd = select({"//conditions:default": "x"}))\n'
+            }
+        )
+    )
+    assert "select() is not supported" in e.message and str(e.location).startswith("p/BUILD:1")
