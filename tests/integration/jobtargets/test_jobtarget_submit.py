@@ -228,3 +228,44 @@ def test_cli_submits_a_target_with_overrides(cluster: JobCluster, tmp_path: Path
         timeout=60,
     )
     assert bad.returncode == 2 and "no such target //app:nope" in bad.stderr
+
+
+def test_a_timeout_is_not_retried(cluster: JobCluster, client: JobsClient, tmp_path: Path) -> None:
+    root = write_ws(
+        tmp_path / "ws",
+        {
+            "app/BUILD": LOAD
+            + 'sh_binary(name = "slow", srcs = ["slow.sh"])\n'
+            + 'ml_training_job(name = "job", binary = ":slow", time_limit = "1s",\n'
+            + '                max_retries = 3, memory = "64Mi")\n',
+            "app/slow.sh": '#!/bin/sh\necho "attempt $RBS_ATTEMPT"\nexec sleep 60\n',
+        },
+    )
+    job, manifest = submit_target(client, root)
+    assert manifest.time_limit == 1
+    info = cluster.wait(job)
+    assert (info.state, info.raw["attempts"]) == ("TIMEOUT", 1)
+    assert out_lines(client, job) == ["attempt 1"]
+
+
+def test_inputs_stage_a_plain_target_by_file_name(tmp_path: Path) -> None:
+    from rbs.jobs.staging import collect_entries
+    from rbs.model import DigestFunction
+
+    root = write_ws(
+        tmp_path / "ws",
+        {
+            "app/BUILD": 'filegroup(name = "cfg", srcs = ["a.json", "sub/b.json"])\n'
+            + 'filegroup(name = "dup", srcs = ["a.json", "sub/a.json"])\n',
+            "app/a.json": "{}\n",
+            "app/sub/b.json": "[]\n",
+            "app/sub/a.json": "[1]\n",
+        },
+    )
+    entries, sources = collect_entries(["conf=//app:cfg"], root, DigestFunction.BLAKE3)
+    assert set(entries) == {"conf/a.json", "conf/b.json"}
+    assert {p.read_text() for p in sources.values()} == {"{}\n", "[]\n"}
+    with pytest.raises(JobError, match=r"two outputs named 'a\.json'"):
+        collect_entries(["conf=//app:dup"], root, DigestFunction.BLAKE3)
+    with pytest.raises(JobError, match="no such target //app:nope"):
+        collect_entries(["x=//app:nope"], root, DigestFunction.BLAKE3)
