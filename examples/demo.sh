@@ -10,7 +10,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
-rbs="$repo/.venv/bin/rbs"
+venv="${RBS_DEMO_VENV:-$repo/.venv}" # the tests run a copy of examples/ with the repo's venv
+rbs="$venv/bin/rbs"
 export RBS_HOME="${RBS_HOME:-$repo/.rbs/demo}"
 unset RBS_REMOTE # the demo uses the embedded local cluster
 out="$RBS_HOME/demo-outputs"
@@ -37,7 +38,7 @@ echo "outputs: $out/count_words/counts.txt"
 head -n 3 "$out/count_words/counts.txt"
 
 step "a second local worker for the 2-node gang (the embedded cluster has one)"
-port=$("$repo/.venv/bin/python" -c \
+port=$("$venv/bin/python" -c \
     'import json, os; print(json.load(open(os.environ["RBS_HOME"] + "/local/cluster.json"))["grpc_port"])')
 state="$RBS_HOME/worker2.state" # "PID PORT" of the second worker an earlier demo started
 read -r worker2_pid worker2_port 2>/dev/null <"$state" || true
