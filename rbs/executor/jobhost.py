@@ -1,17 +1,20 @@
 """The worker's job host: runs the job leases the scheduler sends, in job slots.
 
 The worker daemon hands every JobLease, KillJob and Ack it receives to `handle()`.
-A lease becomes a run: its folder is made and its input tree (and checkpoint, on a
-retry) copied out of the CAS, the job runner starts the process with the lease's
-environment and the manifest's cpu and memory limits, and the process's numbered log
-lines are shipped as they come (`jobship`). When the process ends, whatever the
-reason, the declared outputs and the checkpoint folder are stored as trees, the last
-log lines are queued, and only then JobFinished, so a follower of the log sees every
-line before the job's end.
+A lease becomes a run: on a thread (`jobrun.execute`) its folder is made, its input
+tree (and checkpoint, on a retry) copied out of the CAS, and the job runner starts the
+process with the lease's environment and the manifest's cpu and memory limits; the
+process's numbered log lines are shipped as they come (`jobship`). When the process
+ends, whatever the reason, the declared outputs and the checkpoint folder are stored
+as trees, the last log lines are queued, and only then JobFinished, so a follower of
+the log sees every line before the job's end.
 
 The scheduler owns time limits and final states: the host never passes the time limit
 to the runner; a KillJob(reason="timeout") ends the run, and the scheduler maps its
-own kill reasons to TIMEOUT, CANCELLED or PREEMPTED.
+own kill reasons to TIMEOUT, CANCELLED or PREEMPTED. JobStarted goes out once a run
+has been alive for `START_REPORT_DELAY_S`: a job that is over sooner needs no start
+report (its JobFinished says everything), which spares the stream a message per
+short job.
 
 Across a broken stream: runs carry on; their lease ids, and those of runs whose
 JobFinished has not been written to a stream yet, are listed in the next Register
@@ -32,22 +35,22 @@ import asyncio
 import collections
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
-from rbs.cas.errors import CasError
 from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError
-from rbs.executor.jobfiles import CollectedTrees, RunDirs
+from rbs.executor.jobfiles import RunDirs
 from rbs.executor.joblog import LogLine, LogSpool, Stream
-from rbs.executor.jobproc import JobRunner
+from rbs.executor.jobrun import FUNCTIONS, HostSetup, LeaseRun, RunResult, execute
 from rbs.executor.jobship import LogShipper
-from rbs.executor.jobspec import JobOutcome, JobSpec, KillReason, RunState
-from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction, JobManifest
+from rbs.executor.jobspec import KillReason, RunState
+from rbs.model import Digest
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +59,10 @@ DEFAULT_GRACE_S = 10.0
 # The exit code reported for a run whose process could not be started at all (its
 # inputs could not be materialized, its program was not found): like `docker run`'s 125.
 START_FAILED_EXIT = 125
+# A run still going this long after its process started is reported as started.
+START_REPORT_DELAY_S = 0.05
 _SAFE_LEASE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_FUNCTIONS = {
-    re_pb2.DigestFunction.SHA256: DigestFunction.SHA256,
-    re_pb2.DigestFunction.BLAKE3: DigestFunction.BLAKE3,
-}
-_FUNCTION_VALUES = {v: k for k, v in _FUNCTIONS.items()}
+_FUNCTION_VALUES = {v: k for k, v in FUNCTIONS.items()}
 
 # The scheduler's kill reasons (rbs.scheduler.instructions.KillReason values) as the
 # runner's reasons, and the state reported when KillJob.state does not name one.
@@ -74,33 +75,11 @@ _KILLS: dict[str, tuple[KillReason, str]] = {
     "node-fail": (KillReason.PEER_ENDED, "NODE_FAIL"),
     "orphan": (KillReason.CANCELLED, "CANCELLED"),
 }
-
-
-class _Run:
-    """One lease on this worker, from its arrival until it is reported and acknowledged."""
-
-    def __init__(self, lease: w_pb2.JobLease, dirs: RunDirs) -> None:
-        self.lease = lease
-        self.dirs = dirs
-        self.spool: LogSpool | None = None
-        self.shipper: LogShipper | None = None
-        self.runner: JobRunner | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.slot_wait: asyncio.Future[bool] | None = None
-        self.has_slot = False
-        self.kill: tuple[KillReason, str, str] | None = None  # reason, message, state
-        self.started_sent = False
-        self.finished: w_pb2.WorkerMessage | None = None
-        self.finished_sent = False
-
-    @property
-    def lease_id(self) -> str:
-        return str(self.lease.lease_id)
-
-    @property
-    def held(self) -> bool:
-        """Whether the scheduler must keep this run with this worker."""
-        return self.finished is None or not self.finished_sent
+_KILL_WORDS = {
+    "timeout": "time limit reached",
+    "cancel": "cancelled",
+    "orphan": "the scheduler no longer expects this run",
+}
 
 
 class JobHost:
@@ -123,19 +102,25 @@ class JobHost:
         if slots < 1:
             raise ValueError(f"a job host needs at least one job slot, got {slots}")
         self.root = work_dir / "jobs"
-        self.store = store
         self.backend = backend
         self.slots = slots
-        self.hostname = hostname
-        self.grace_s = grace_s
+        self.setup = HostSetup(
+            store=store,
+            backend=backend,
+            hostname=hostname,
+            grace_s=grace_s,
+            env=env,
+            prefetch=prefetch,
+        )
         self._send = send
         self._connected = connected
-        self._prefetch = prefetch
-        self._env = env
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, LeaseRun] = {}
         self._free = slots
         self._waiting: collections.deque[asyncio.Future[bool]] = collections.deque()
         self._stopping = False
+        # Pooled threads: a thread started per job costs the loop a handshake with it,
+        # which a busy host makes slow. Runs killed while waiting need a thread too.
+        self._threads = ThreadPoolExecutor(slots + 2, thread_name_prefix="rbs-job")
         self._clean_leftovers()
 
     def _clean_leftovers(self) -> None:
@@ -201,7 +186,7 @@ class JobHost:
             if run.task is not None:
                 tasks.append(run.task)
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self.grace_s + 5)
+            _, pending = await asyncio.wait(tasks, timeout=self.setup.grace_s + 5)
             for t in pending:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -210,6 +195,7 @@ class JobHost:
                 run.shipper.close()
             if run.spool is not None:
                 run.spool.close()
+        self._threads.shutdown(wait=False)
 
     # ------------------------------------------------------------------ leases and kills
 
@@ -222,7 +208,8 @@ class JobHost:
         if not _SAFE_LEASE.fullmatch(lease.lease_id) or ".." in lease.lease_id:
             log.error("refusing job lease with unsafe id %r", lease.lease_id)
             return
-        run = _Run(lease, RunDirs(root=self.root / lease.lease_id))
+        run = LeaseRun(lease, RunDirs(root=self.root / lease.lease_id))
+        run.shipper = LogShipper(lease, None, send=self._send, connected=self._connected)
         self._runs[lease.lease_id] = run
         run.task = asyncio.create_task(self._lifecycle(run), name=f"job-{lease.lease_id}")
 
@@ -232,14 +219,10 @@ class JobHost:
             log.info("kill for %s, which no longer runs here (%s)", kill.lease_id, kill.reason)
             return
         reason, state = _KILLS.get(kill.reason, (KillReason.CANCELLED, "CANCELLED"))
-        why = {
-            "timeout": "time limit reached",
-            "cancel": "cancelled",
-            "orphan": "the scheduler no longer expects this run",
-        }.get(kill.reason, kill.reason or "killed")
+        why = _KILL_WORDS.get(kill.reason, kill.reason or "killed")
         self._request_kill(run, reason, f"{why} (scheduler)", kill.state or state)
 
-    def _request_kill(self, run: _Run, reason: KillReason, message: str, state: str) -> None:
+    def _request_kill(self, run: LeaseRun, reason: KillReason, message: str, state: str) -> None:
         if run.kill is None:
             run.kill = (reason, message, state)
         if run.runner is not None:
@@ -249,7 +232,7 @@ class JobHost:
 
     # ------------------------------------------------------------------ slots
 
-    async def _acquire(self, run: _Run) -> bool:
+    async def _acquire(self, run: LeaseRun) -> bool:
         """Wait for a free job slot; False when the run was killed while waiting."""
         if self._free > 0 and not self._waiting:
             self._free -= 1
@@ -274,10 +257,14 @@ class JobHost:
 
     # ------------------------------------------------------------------ one run
 
-    async def _lifecycle(self, run: _Run) -> None:
+    async def _lifecycle(self, run: LeaseRun) -> None:
+        loop = asyncio.get_running_loop()
         try:
             run.has_slot = await self._acquire(run)
-            msg = await self._execute(run)
+            result = await loop.run_in_executor(
+                self._threads, execute, run, self.setup, self._sink(run)
+            )
+            msg = self._report(run, result)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -299,131 +286,77 @@ class JobHost:
             run.finished_sent = True
         self._maybe_forget(run)
 
-    async def _execute(self, run: _Run) -> w_pb2.WorkerMessage:
-        lease = run.lease
-        run.dirs.root.mkdir(parents=True, exist_ok=True)
-        run.spool = LogSpool(run.dirs.spool)
-        run.shipper = LogShipper(lease, run.spool, send=self._send, connected=self._connected)
-        from rbs.scheduler.manifest import manifest_from_json
-
-        try:
-            manifest = manifest_from_json(lease.manifest_json)
-            fn = _function(lease.digest_function)
-        except ValueError as e:
-            return self._failed(run, f"cannot read the job lease: {e}")
-        if run.kill is not None:
-            self._sys(run, f"{run.kill[1]} before the job started; not starting it")
-            return self._killed_early(run)
-        try:
-            notes = await asyncio.to_thread(
-                jobfiles.prepare,
-                self.store,
-                run.dirs,
-                input_root=_digest(lease, "input_root_digest", fn),
-                checkpoint=_digest(lease, "checkpoint_digest", fn),
-                checkpoint_dir=manifest.checkpoint_dir,
-                prefetch=self._prefetch,
-            )
-        except (CasError, OSError, ValueError) as e:
-            return self._failed(run, f"cannot prepare the job's working directory: {e}")
-        for note in notes:
-            self._sys(run, note)
-        try:
-            spec = self._spec(lease, manifest, run.dirs)
-        except ValueError as e:
-            return self._failed(run, f"cannot run the job: {e}")
+    def _sink(self, run: LeaseRun) -> Callable[[Sequence[LogLine]], None]:
+        """Lines from the run's thread to the loop, many per wake-up of the loop."""
         loop = asyncio.get_running_loop()
-        shipper = run.shipper
+        lock = threading.Lock()
+        pending: list[LogLine] = []
+
+        def drain() -> None:
+            with lock:
+                lines = pending[:]
+                pending.clear()
+            self._on_lines(run, lines)
 
         def sink(lines: Sequence[LogLine]) -> None:
-            loop.call_soon_threadsafe(self._on_lines, run, shipper, lines)
+            with lock:
+                wake = not pending
+                pending.extend(lines)
+            if wake:
+                loop.call_soon_threadsafe(drain)
 
-        runner = run.runner = JobRunner(
-            spec, spool=run.spool, backend=self.backend, sink=sink, hostname=self.hostname
-        )
-        if run.kill is not None:
-            runner.kill(run.kill[0], run.kill[1])
-        outcome = await runner.run_async()
-        self._confirm_start(run, outcome.started_at)
-        if self._stopping:
-            return self._report(run, outcome, CollectedTrees(), fn)
-        try:
-            trees = await asyncio.to_thread(
-                jobfiles.collect,
-                self.store,
-                run.dirs.work,
-                outputs=manifest.outputs,
-                checkpoint_dir=manifest.checkpoint_dir,
-                function=fn,
-            )
-        except (CasError, OSError, ValueError) as e:
-            log.warning("lease %s: storing outputs failed: %s", run.lease_id, e)
-            self._sys(run, f"storing the job's outputs failed: {e}")
-            trees = CollectedTrees()
-        for note in trees.notes:
-            self._sys(run, note)
-        await asyncio.to_thread(jobfiles.remove, run.dirs.work)
-        await asyncio.to_thread(jobfiles.remove, run.dirs.tmp)
-        return self._report(run, outcome, trees, fn)
-
-    def _spec(self, lease: w_pb2.JobLease, manifest: JobManifest, dirs: RunDirs) -> JobSpec:
-        env = jobfiles.base_env(dirs, self._env)
-        env.update(lease.env)  # the scheduler's variables are complete and win
-        res = manifest.resources
-        return JobSpec(
-            job_id=lease.job_id,
-            argv=manifest.command,
-            workdir=dirs.work,
-            env=env,
-            task_id=lease.env.get("RBS_TASK_ID") if lease.task_index >= 0 else None,
-            attempt=max(1, lease.attempt),
-            cpus=res.cpu_millis / 1000,
-            memory_bytes=res.memory_bytes,
-            gpu_ids=tuple(lease.gpu_ids),
-            time_limit_s=None,  # the scheduler enforces it with KillJob(reason="timeout")
-            grace_s=self.grace_s,
-            outputs=(),  # collected by jobfiles.collect, into one tree
-        )
+        return sink
 
     # ------------------------------------------------------------------ logs and reports
 
-    def _on_lines(self, run: _Run, shipper: LogShipper, lines: Sequence[LogLine]) -> None:
-        if not run.started_sent and run.runner is not None and run.runner.pid is not None:
-            self._confirm_start(run, time.time())
+    def _on_lines(self, run: LeaseRun, lines: Sequence[LogLine]) -> None:
+        shipper = run.shipper
+        if shipper is None or not lines:
+            return
+        if shipper.spool is None:
+            shipper.spool = run.spool
+        if not run.start_reported and run.runner is not None and run.runner.pid is not None:
+            run.start_reported = True  # scheduled once
+            started = time.time()
+            asyncio.get_running_loop().call_later(
+                START_REPORT_DELAY_S, self._report_start, run, started
+            )
         shipper.on_lines(lines)
 
-    def _sys(self, run: _Run, text: str) -> None:
-        if run.spool is None or run.shipper is None:
-            log.warning("lease %s: %s", run.lease_id, text)
-            return
-        run.shipper.on_lines(run.spool.append([(Stream.SYS, text, True)]))
-
-    def _confirm_start(self, run: _Run, started_at: float | None) -> None:
-        if run.started_sent or started_at is None or run.runner is None or run.runner.pid is None:
-            return
-        run.started_sent = True
+    def _report_start(self, run: LeaseRun, started_at: float) -> None:
+        runner = run.runner
+        if runner is None or runner.pid is None or runner.finished.is_set():
+            return  # over already: its JobFinished says everything
         lease = run.lease
         msg = w_pb2.JobStarted(
             lease_id=lease.lease_id,
             job_id=lease.job_id,
             task_index=lease.task_index,
             attempt=lease.attempt,
-            pid=run.runner.pid,
+            pid=runner.pid,
         )
         msg.started_at.FromNanoseconds(int(started_at * 1e9))
         self._send(w_pb2.WorkerMessage(job_started=msg))
 
-    def _failed(self, run: _Run, message: str) -> w_pb2.WorkerMessage:
-        self._sys(run, message)
-        return _finished(run.lease, RunState.FAILED.value, START_FAILED_EXIT, message=message)
+    def _sys(self, run: LeaseRun, text: str) -> None:
+        if run.spool is None or run.shipper is None:
+            log.warning("lease %s: %s", run.lease_id, text)
+            return
+        if run.shipper.spool is None:
+            run.shipper.spool = run.spool
+        run.shipper.on_lines(run.spool.append([(Stream.SYS, text, True)]))
 
-    def _killed_early(self, run: _Run) -> w_pb2.WorkerMessage:
-        assert run.kill is not None
-        return _finished(run.lease, run.kill[2] or "CANCELLED", 0, message=run.kill[1])
-
-    def _report(
-        self, run: _Run, outcome: JobOutcome, trees: CollectedTrees, fn: DigestFunction
-    ) -> w_pb2.WorkerMessage:
+    def _report(self, run: LeaseRun, result: RunResult) -> w_pb2.WorkerMessage:
+        outcome = result.outcome
+        if result.problem is not None:
+            self._sys(run, result.problem)
+            return _finished(
+                run.lease, RunState.FAILED.value, START_FAILED_EXIT, message=result.problem
+            )
+        if outcome is None:  # killed before it started
+            reason = run.kill[1] if run.kill else "killed before it started"
+            state = (run.kill[2] if run.kill else "") or "CANCELLED"
+            return _finished(run.lease, state, 0, message=reason)
         state = outcome.state.value
         if run.kill is not None and outcome.kill_reason is not None and run.kill[2]:
             state = run.kill[2]
@@ -443,18 +376,18 @@ class JobHost:
             message="" if outcome.state is RunState.COMPLETED else outcome.describe(),
         )
         fin = msg.job_finished
-        fin.digest_function = _FUNCTION_VALUES[fn]
-        if trees.outputs is not None:
-            fin.output_tree_digest.hash = trees.outputs.hash
-            fin.output_tree_digest.size_bytes = trees.outputs.size
-        if trees.checkpoint is not None:
-            fin.checkpoint_tree_digest.hash = trees.checkpoint.hash
-            fin.checkpoint_tree_digest.size_bytes = trees.checkpoint.size
+        fin.digest_function = _FUNCTION_VALUES[result.function]
+        if result.trees.outputs is not None:
+            fin.output_tree_digest.hash = result.trees.outputs.hash
+            fin.output_tree_digest.size_bytes = result.trees.outputs.size
+        if result.trees.checkpoint is not None:
+            fin.checkpoint_tree_digest.hash = result.trees.checkpoint.hash
+            fin.checkpoint_tree_digest.size_bytes = result.trees.checkpoint.size
         return msg
 
-    def _maybe_forget(self, run: _Run) -> None:
+    def _maybe_forget(self, run: LeaseRun) -> None:
         """Drop a reported run once every log line is acknowledged (or nothing is left
-        to acknowledge), removing its folder and spool."""
+        to acknowledge), removing its folder and spool on a thread."""
         if run.finished is None or not run.finished_sent:
             return
         if run.shipper is not None and not run.shipper.all_acked:
@@ -462,29 +395,15 @@ class JobHost:
         self._runs.pop(run.lease_id, None)
         if run.shipper is not None:
             run.shipper.close()
-        if run.spool is not None:
-            run.spool.close()
-        jobfiles.remove(run.dirs.root)
-
-
-def _function(value: int) -> DigestFunction:
-    if value == re_pb2.DigestFunction.UNKNOWN:
-        return DEFAULT_FUNCTION
-    fn = _FUNCTIONS.get(value)
-    if fn is None:
-        raise ValueError(
-            f"digest function {value} is not supported by this worker (SHA256 and BLAKE3 are)"
+        asyncio.get_running_loop().run_in_executor(
+            self._threads, _discard, run.spool, run.dirs.root
         )
-    return fn
 
 
-def _digest(lease: w_pb2.JobLease, field: str, fn: DigestFunction) -> Digest | None:
-    if not lease.HasField(field):
-        return None
-    d = getattr(lease, field)
-    if not d.hash:
-        return None
-    return Digest(function=fn, hash=d.hash, size=d.size_bytes)
+def _discard(spool: LogSpool | None, root: Path) -> None:
+    if spool is not None:
+        spool.close()
+    jobfiles.remove(root)
 
 
 def _finished(

@@ -53,7 +53,7 @@ class LogShipper:
     def __init__(
         self,
         lease: w_pb2.JobLease,
-        spool: LogSpool,
+        spool: LogSpool | None,
         *,
         send: Callable[[w_pb2.WorkerMessage], None],
         connected: Callable[[], bool],
@@ -62,7 +62,8 @@ class LogShipper:
         self.spool = spool
         self._send = send
         self._connected = connected
-        self.last = spool.next_seq - 1
+        # The spool may be opened later (on another thread); lines arrive only after.
+        self.last = spool.next_seq - 1 if spool is not None else 0
         self.sent = 0
         self.acked = 0
         self._buffer: list[LogLine] = []
@@ -108,6 +109,8 @@ class LogShipper:
                 batch = buf[start : start + BATCH_LINES]
             else:
                 try:
+                    if self.spool is None:
+                        raise LogSpoolError("the run has no log spool")
                     batch = self.spool.read_from(self.sent + 1, limit=BATCH_LINES)
                 except (OSError, LogSpoolError, ValueError) as e:
                     batch, problem = [], f"cannot read the log spool: {e}"
