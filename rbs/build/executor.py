@@ -247,6 +247,9 @@ class Executor:
             return "memo", ""
         self.listener.action_started(spec)
         outcome = self.backend.bring_up_to_date(spec, inputs)
+        log.debug(
+            "%s: %s", spec.describe(), outcome.error or ("cached" if outcome.cached else "ran")
+        )
         if outcome.error:
             if spec.is_test:
                 with self._lock:
