@@ -385,6 +385,9 @@ class ExecutionServicer(re_grpc.ExecutionServicer):  # type: ignore[misc]
                 skip_cache_lookup=request.skip_cache_lookup,
             )
         )
+        if op.done:  # answered at once (cache hit, missing inputs): one message
+            yield operation_to_proto(op)
+            return
         async for update in self._engine.watch(op.name):
             yield operation_to_proto(update)
 

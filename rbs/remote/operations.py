@@ -221,8 +221,10 @@ class OperationRegistry:
         response: bytes | None = None,
         persist: bool = True,
     ) -> Operation:
-        """A new operation. `persist=False` keeps an operation that is done at birth (a
-        cache hit, missing inputs) in memory only: nothing about it needs a restart."""
+        """A new operation. `persist=False` is for one that is done at birth (a cache
+        hit, missing inputs): it is neither stored nor remembered, since a client that
+        asks for it again (WaitExecution -> NOT_FOUND) simply calls Execute again,
+        and a busy cache must not grow a table of its hits."""
         now = time.time()
         op = Operation(
             name=f"operations/{uuid.uuid4()}",
@@ -234,8 +236,9 @@ class OperationRegistry:
             created=now,
             updated=now,
         )
-        if persist or not op.done:
-            self._store.save(op)
+        if not persist and op.done:
+            return op
+        self._store.save(op)
         self._ops[op.name] = _Entry(op)
         if not op.done:
             self._inflight[instance, action_digest] = op.name
