@@ -61,6 +61,18 @@ class BuildResult:
         return Digest(function=DigestFunction.BLAKE3, hash=h, size=size), exe
 
 
+_ANALYSIS_MODULES = (
+    "actions",
+    "analysis",
+    "expand",
+    "graph",
+    "labels",
+    "loader",
+    "prelude",
+    "rules",
+)
+
+
 def _analysis(
     root: Path, patterns: Sequence[str], cwd_package: str, request: str, tests_only: bool
 ) -> tuple[list[Label], ActionGraph, bool]:
@@ -86,6 +98,9 @@ def _analysis(
     deps.update(d or "." for d in dirs)
     deps.update(d or "." for d in loader.packages)
     deps.update(loader.dirs_read)
+    # The analysis code itself: an upgraded (or edited) rbs must not reuse old graphs.
+    here = Path(__file__).resolve().parent
+    deps.update(str(here / f"{m}.py") for m in _ANALYSIS_MODULES)
     deps.add("WORKSPACE" if (root / "WORKSPACE").exists() else "WORKSPACE.bazel")
     save_analysis(root, request, deps, (labels, graph))
     return labels, graph, False
