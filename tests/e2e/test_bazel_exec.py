@@ -52,6 +52,10 @@ def _workspace(root: Path) -> Path:
         'cmd = "echo 1 > $(location a/one.txt) && echo 2 > $(location b/two.txt)")'
     )
     (ws / "BUILD").write_text("\n".join(rules) + "\n")
+    (ws / "fail").mkdir()
+    (ws / "fail" / "BUILD").write_text(
+        'genrule(name = "bad", outs = ["bad.txt"], cmd = "echo boom-from-the-worker >&2; exit 3")\n'
+    )
     return ws
 
 
@@ -75,7 +79,9 @@ class Bazel:
             timeout=timeout,
         )
 
-    def build(self, port: int, *flags: str) -> subprocess.CompletedProcess[str]:
+    def build(
+        self, port: int, *flags: str, target: str = "//:all"
+    ) -> subprocess.CompletedProcess[str]:
         return self.run(
             "build",
             f"--remote_executor=grpc://127.0.0.1:{port}",
@@ -83,7 +89,7 @@ class Bazel:
             "--incompatible_strict_action_env",
             "--jobs=16",
             *flags,
-            "//...",
+            target,
         )
 
     def shutdown(self) -> None:
@@ -149,5 +155,12 @@ def test_token_required_for_remote_execution(bazel: Bazel, tmp_path: Path) -> No
         assert ok.returncode == 0, ok.stderr[-3000:]
         assert _remote_count(ok.stderr) == CHAIN + 2
         _check_outputs(bazel.ws)
+        # A failing action fails the build with its exit code and its stderr, which
+        # Bazel downloads from the CAS.
+        bad = bazel.build(
+            cluster.port, f"--remote_header=authorization=Bearer {TOKEN}", target="//fail:bad"
+        )
+        assert bad.returncode != 0
+        assert "boom-from-the-worker" in bad.stderr and "Exit 3" in bad.stderr, bad.stderr[-2000:]
     finally:
         cluster.stop()
