@@ -59,6 +59,10 @@ _FUNCTIONS = {
 }
 
 
+# How long a server may take to answer Register before the worker gives up.
+_REGISTER_TIMEOUT_S = 30.0
+
+
 class WorkerError(RuntimeError):
     """The worker cannot go on (server gone too long, refused token); the message says why."""
 
@@ -283,7 +287,14 @@ class Worker:
         call = stub.Connect(metadata=auth_metadata(self.config.token))
         outbox: asyncio.Queue[w_pb2.WorkerMessage] = asyncio.Queue()
         await call.write(w_pb2.WorkerMessage(register=register))
-        first = await call.read()
+        try:
+            first = await asyncio.wait_for(call.read(), _REGISTER_TIMEOUT_S)
+        except TimeoutError:
+            call.cancel()
+            raise WorkerError(
+                f"the server at {self.config.server} did not answer Register within "
+                f"{_REGISTER_TIMEOUT_S:g}s: is it an rbs server with remote execution?"
+            ) from None
         # The stream's end reads as grpc.aio.EOF, which is no ServerMessage.
         if not isinstance(first, w_pb2.ServerMessage) or not first.HasField("registered"):
             await call.done_writing()
