@@ -130,7 +130,7 @@ class JobDriver:
         self.config = config
         self.hub = hub
         self._clock = clock
-        self.store = Store(data_dir / "jobs.db")
+        self.store = Store(data_dir / "jobs.db", durable=config.durable)
         self.sched: Scheduler = self.store.restore(config, clock())
         self.logs = JobLogs(data_dir / "job_logs.db")
         self._out_db = sqlite3.connect(

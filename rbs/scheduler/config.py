@@ -49,6 +49,10 @@ class SchedulerConfig:
     reservation_depth: int = 4
     # Run every pass's invariant checks (tests, simulations); costs O(state) per step.
     validate: bool = False
+    # Each journal commit waits for an fsync, so what was acknowledged survives a power
+    # loss; False survives a crash of the server process only, and lets one-at-a-time
+    # submissions run several times faster on a disk with slow fsync.
+    durable: bool = True
     default_master_ports: tuple[int, int] = (29500, 29999)
     queue_names: tuple[str, ...] = field(init=False, default=())
 
@@ -107,7 +111,17 @@ def load_scheduler_config(
                 else None,
             )
         )
+    known = {"queues", "heartbeat_timeout", "age_interval", "durable"}
+    known |= {"age_max", "max_array_size", "reservation_depth"}
+    extra = sorted(set(table) - known)
+    if extra:
+        # A typo must not silently fall back to a default.
+        raise SpecError("key", extra[0], "unknown", ", ".join(sorted(known)))
     kw: dict[str, Any] = {}
+    if "durable" in table:
+        if not isinstance(table["durable"], bool):
+            raise SpecError("durable", table["durable"], "not a boolean", "true or false")
+        kw["durable"] = table["durable"]
     for key in ("heartbeat_timeout", "age_interval"):
         if key in table:
             kw[key] = float(table[key])
@@ -122,4 +136,5 @@ def load_scheduler_config(
         max_array_size=kw.get("max_array_size", base.max_array_size),
         reservation_depth=kw.get("reservation_depth", base.reservation_depth),
         validate=base.validate,
+        durable=kw.get("durable", base.durable),
     )
