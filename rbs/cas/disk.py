@@ -121,6 +121,7 @@ class DiskStore(BlobStore):
         self._made_dirs: set[str] = set()
         self._verified: dict[str, tuple[int, int]] = {}
         self._lock = threading.Lock()
+        self._gc_lock = threading.Lock()
         self._approx_size: int | None = None
         self._pool: ThreadPoolExecutor | None = None
 
@@ -434,12 +435,15 @@ class DiskStore(BlobStore):
                 self._approx_size = eviction.stat(self).total_bytes
             self._approx_size += size
             over = self._approx_size > self.max_size
-        if over:
+        # One eviction pass at a time; writers that find one running just carry on.
+        if over and self._gc_lock.acquire(blocking=False):
             try:
                 result = self.gc(target=self.max_size * 9 // 10)
             except OSError as e:  # eviction is best effort; the write itself succeeded
                 log.warning("automatic gc of %s failed: %s", self.root, e)
                 return
+            finally:
+                self._gc_lock.release()
             with self._lock:
                 self._approx_size = result.after_bytes
 
