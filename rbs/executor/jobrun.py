@@ -117,6 +117,13 @@ def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
         )
         for text in notes:
             note(text)
+        if manifest.time_limit:
+            from rbs.scheduler.specs import format_duration
+
+            note(
+                f"time limit {format_duration(manifest.time_limit)}, enforced by the scheduler: "
+                f"SIGTERM, then SIGKILL {host.grace_s:g}s later"
+            )
         spec = job_spec(lease, manifest, dirs, host)
     except (CasError, OSError, ValueError) as e:
         return RunResult(problem=f"cannot prepare the job: {e}", function=fn)
