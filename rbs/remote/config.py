@@ -15,6 +15,10 @@ flags override the file:
     max_batch_size = "4M"       # the batch limit advertised to clients
     lease = 10800               # seconds after its last use that a blob is never evicted
 
+    [execution]                 # workers and actions (rbs.remote.exec_config)
+    heartbeat_timeout = 30
+    max_attempts = 3
+
     [jobs]                      # the job scheduler (rbs.scheduler.config)
     heartbeat_timeout = 30
     queues = [
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rbs.remote.exec_config import ExecutionConfig, load_execution_config
 from rbs.scheduler.config import SchedulerConfig, load_scheduler_config
 from rbs.scheduler.specs import SpecError
 
@@ -126,6 +131,7 @@ class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     cas: CasConfig = field(default_factory=CasConfig)
     jobs: SchedulerConfig = field(default_factory=SchedulerConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
 
 _RESERVED_SEGMENTS = frozenset(
@@ -200,11 +206,19 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
             except (SpecError, ValueError, TypeError) as e:
                 raise ConfigError(f"{source}: [jobs] {e}") from None
             continue
+        if name == "execution":
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: [execution] must be a table")
+            try:
+                sections["execution"] = load_execution_config(table)
+            except ValueError as e:
+                raise ConfigError(f"{source}: [execution] {e}") from None
+            continue
         cls = _SECTIONS.get(name)
         if cls is None:
             raise ConfigError(
                 f"{source}: unknown table [{name}]; known tables: "
-                f"{', '.join(sorted([*_SECTIONS, 'jobs']))}"
+                f"{', '.join(sorted([*_SECTIONS, 'execution', 'jobs']))}"
             )
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: [{name}] must be a table")

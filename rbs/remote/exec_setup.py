@@ -44,6 +44,18 @@ def cluster_of(
     cluster = _CLUSTERS.get(key)
     if cluster is not None:
         return cluster
+    cfg = state.config.execution
+    if hub_config is None:
+        hub_config = HubConfig(
+            heartbeat_interval=cfg.heartbeat_interval,
+            heartbeat_timeout=cfg.heartbeat_timeout,
+            reconnect_grace=cfg.reconnect_grace,
+            max_attempts=cfg.max_attempts,
+        )
+    if limits is None:
+        limits = ExecutionLimits(
+            default_timeout_s=cfg.default_timeout, max_timeout_s=cfg.max_timeout
+        )
     store = OperationStore(state.data_dir / "execution.db")
     hub = WorkerHub(store, hub_config)
     engine = ExecutionEngine(
