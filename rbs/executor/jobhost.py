@@ -61,6 +61,9 @@ DEFAULT_GRACE_S = 10.0
 START_FAILED_EXIT = 125
 # A run still going this long after its process started is reported as started.
 START_REPORT_DELAY_S = 0.05
+# How many reported runs to remember in case their JobFinished comes back unsent
+# (more than a worker's outbox ever holds between two writes).
+FORGOTTEN_KEPT = 1000
 _SAFE_LEASE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _FUNCTION_VALUES = {v: k for k, v in FUNCTIONS.items()}
 
@@ -115,6 +118,9 @@ class JobHost:
         self._send = send
         self._connected = connected
         self._runs: dict[str, LeaseRun] = {}
+        # Forgotten runs whose JobFinished may still sit in the worker's outbox: if the
+        # stream breaks before it is written, `unsent` brings the run back.
+        self._forgotten: collections.OrderedDict[str, LeaseRun] = collections.OrderedDict()
         self._free = slots
         self._waiting: collections.deque[asyncio.Future[bool]] = collections.deque()
         self._stopping = False
@@ -161,9 +167,11 @@ class JobHost:
 
     def unsent(self, msg: w_pb2.WorkerMessage) -> None:
         """The worker could not write this JobFinished to the stream: hold it again."""
-        run = self._runs.get(msg.job_finished.lease_id)
+        lease_id = msg.job_finished.lease_id
+        run = self._runs.get(lease_id) or self._forgotten.pop(lease_id, None)
         if run is not None and run.finished is not None:
             run.finished_sent = False
+            self._runs[lease_id] = run
 
     async def handle(self, msg: w_pb2.ServerMessage) -> None:
         kind = msg.WhichOneof("kind")
@@ -393,6 +401,9 @@ class JobHost:
         if run.shipper is not None and not run.shipper.all_acked:
             return
         self._runs.pop(run.lease_id, None)
+        self._forgotten[run.lease_id] = run
+        while len(self._forgotten) > FORGOTTEN_KEPT:
+            self._forgotten.popitem(last=False)
         if run.shipper is not None:
             run.shipper.close()
         asyncio.get_running_loop().run_in_executor(

@@ -101,6 +101,15 @@ def test_lines_then_finished_in_order_and_cleanup_after_ack(tmp_path: Path) -> N
         await host.handle(w_pb2.ServerMessage(ack=w_pb2.Ack(lease_id="1.1.0", log_seq=seqs[-1])))
         folder = tmp_path / "worker/jobs/1.1.0"
         await _until("the run's folder to be removed", lambda: not folder.exists())
+        assert host.held_leases() == []
+        # The stream broke before the writer got to the JobFinished: it is held again.
+        finished = next(m for m in wire.sent if m.WhichOneof("kind") == "job_finished")
+        host.unsent(finished)
+        assert host.held_leases() == ["1.1.0"]
+        wire.sent.clear()
+        host.on_connected()
+        assert wire.kinds() == ["job_finished"]
+        assert host.held_leases() == []
 
     _run(main)
 
