@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import tracemalloc
@@ -12,6 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from remote_harness import ServerThread
 
 from rbs._proto.google.bytestream import bytestream_pb2 as bs_pb2
@@ -322,3 +325,33 @@ def test_large_blobs_stream_in_constant_memory(
     assert got == size
     assert store_of(server).contains(d)
     assert peak < 24 << 20, f"peak Python allocations {peak >> 20} MiB for a {size >> 20} MiB blob"
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    size=st.sampled_from([1, 1000, (64 << 10) + 7, (1 << 20) + 3, (2 << 20) + 11]),
+    cuts=st.lists(st.floats(0, 1), max_size=12),
+    compressed=st.booleans(),
+)
+def test_any_chunking_stores_the_same_blob(
+    server: ServerThread, channel: grpc.Channel, size: int, cuts: list[float], compressed: bool
+) -> None:
+    bs = bs_grpc.ByteStreamStub(channel)
+    data = os.urandom(size)
+    d = Digest.of(data, B3)
+    payload = zstandard.ZstdCompressor().compress(data) if compressed else data
+    bounds = sorted({0, len(payload), *(int(c * len(payload)) for c in cuts)})
+    name = up(d, comp=Compressor.ZSTD if compressed else Compressor.IDENTITY)
+    reqs = [
+        W(
+            resource_name=name if i == 0 else "",
+            write_offset=a,
+            data=payload[a:b],
+            finish_write=b == len(payload),
+        )
+        for i, (a, b) in enumerate(itertools.pairwise(bounds))
+    ]
+    assert write(bs, iter(reqs)) in (len(payload), -1, d.size)
+    assert read(bs, format_read_name("", d)) == data
