@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
@@ -129,6 +130,13 @@ def main() -> None:
                 ms, hit = execute_ms(stub, warm)
                 assert hit
                 cached.append(ms)
+            # Throughput: 16 concurrent callers (Bazel's --jobs=16), each action new.
+            todo = [action(store, 10_000 + i) for i in range(args.n * 4)]
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(16) as pool:
+                results = list(pool.map(lambda d: execute_ms(stub, d), todo))
+            wall = time.perf_counter() - t0
+            assert not any(hit for _, hit in results)
             channel.close()
         finally:
             for p in procs:
@@ -139,6 +147,11 @@ def main() -> None:
     )
     print(
         f"Execute round trip, uncached trivial action (/bin/true): {statistics.median(uncached):7.2f} ms median of {args.n}"
+    )
+    each = statistics.median(ms for ms, _ in results)
+    print(
+        f"Throughput, 16 concurrent callers, {len(todo)} new trivial actions: "
+        f"{len(todo) / wall:7.1f} actions/s ({each:.1f} ms median each)"
     )
 
 
