@@ -28,6 +28,7 @@ from rbs.model import Digest, DigestFunction
 from rbs.remote.convert import (
     digest_from_proto,
     digests_from_proto,
+    function_from_proto,
     request_function,
 )
 from rbs.remote.errors import InvalidRequest, NotFound, code_of, rpc_errors, status_of
@@ -104,7 +105,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
 
     @staticmethod
     def _verified_data(
-        item: re_pb2.BatchUpdateBlobsRequest.Request, fn: DigestFunction, i: int
+        item: re_pb2.BatchUpdateBlobsRequest.Request, fn: DigestFunction | None, i: int
     ) -> tuple[Digest, bytes]:
         digest = digest_from_proto(item.digest, fn, f"requests[{i}].digest")
         if item.compressor == _C.ZSTD:
@@ -116,16 +117,16 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
                 f"requests[{i}]: compressor {item.compressor} is not supported; "
                 "use IDENTITY or ZSTD"
             )
-        actual = Digest.of(data, fn)
+        actual = Digest.of(data, digest.function)
         if actual != digest:
             raise DigestMismatch(digest, actual)
         return digest, data
 
     def _update_all(
-        self, requests: list[re_pb2.BatchUpdateBlobsRequest.Request], fn: DigestFunction
+        self, requests: list[re_pb2.BatchUpdateBlobsRequest.Request], fn: DigestFunction | None
     ) -> list[status_pb2.Status]:
         statuses: list[status_pb2.Status] = []
-        good: list[tuple[int, bytes]] = []
+        good: list[tuple[int, Digest, bytes]] = []
         for i, item in enumerate(requests):
             try:
                 digest, data = self._verified_data(item, fn, i)
@@ -134,19 +135,19 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
                 continue
             statuses.append(_OK)
             if digest.size:
-                good.append((i, data))
+                good.append((i, digest, data))
         if not good:
             return statuses
         # One batch makes every verified blob durable together (one fsync pass).
         try:
             with self.store.batch() as batch:
-                for _, data in good:
-                    batch.put(data, function=fn)
+                for _, digest, data in good:
+                    batch.put(data, function=digest.function)
         except Exception as exc:
             if code_of(exc) is None:
                 log.exception("BatchUpdateBlobs failed to store %d blob(s)", len(good))
             failed = status_of(exc)
-            for i, _ in good:
+            for i, _, _ in good:
                 statuses[i] = failed
         return statuses
 
@@ -155,8 +156,9 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         self, request: re_pb2.BatchUpdateBlobsRequest, context: Context
     ) -> re_pb2.BatchUpdateBlobsResponse:
         self.instances.check(request.instance_name)
-        first = request.requests[0].digest if request.requests else None
-        fn = request_function(request.digest_function, first)
+        # Unset digest_function: inferred per item, so one malformed digest fails only
+        # its own item.
+        fn = function_from_proto(request.digest_function)
         total = sum(r.digest.size_bytes for r in request.requests)
         if total > self.max_batch_size:
             raise InvalidRequest(
@@ -177,7 +179,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         )
 
     def _read_all(
-        self, digests: list[re_pb2.Digest], fn: DigestFunction, zstd: bool
+        self, digests: list[re_pb2.Digest], fn: DigestFunction | None, zstd: bool
     ) -> list[re_pb2.BatchReadBlobsResponse.Response]:
         out = []
         for i, d in enumerate(digests):
@@ -201,8 +203,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         self, request: re_pb2.BatchReadBlobsRequest, context: Context
     ) -> re_pb2.BatchReadBlobsResponse:
         self.instances.check(request.instance_name)
-        first = request.digests[0] if request.digests else None
-        fn = request_function(request.digest_function, first)
+        fn = function_from_proto(request.digest_function)
         total = sum(max(d.size_bytes, 0) for d in request.digests)
         if total > self.max_batch_size:
             raise InvalidRequest(

@@ -255,3 +255,26 @@ def test_tmp_dir_cleaned_at_start(tmp_path: Path, start: StartServer) -> None:
     os.utime(stale, (time.time() - 86400, time.time() - 86400))
     start()
     assert list(tmp.iterdir()) == [live]
+
+
+def test_malformed_first_item_fails_only_itself(
+    server: ServerThread, channel: grpc.Channel
+) -> None:
+    cas = re_grpc.ContentAddressableStorageStub(channel)
+    good = Digest.of(b"fine", SHA)
+    R = re_pb2.BatchUpdateBlobsRequest.Request
+    resp = cas.BatchUpdateBlobs(
+        re_pb2.BatchUpdateBlobsRequest(
+            requests=[
+                R(digest=re_pb2.Digest(hash="a" * 40, size_bytes=4), data=b"sha1"),
+                R(digest=pd(good), data=b"fine"),
+            ]
+        )
+    )
+    assert [r.status.code for r in resp.responses] == [grpc.StatusCode.INVALID_ARGUMENT.value[0], 0]
+    assert "SHA1" in resp.responses[0].status.message
+    read = cas.BatchReadBlobs(
+        re_pb2.BatchReadBlobsRequest(digests=[re_pb2.Digest(hash="zz", size_bytes=1), pd(good)])
+    )
+    assert [r.status.code for r in read.responses] == [grpc.StatusCode.INVALID_ARGUMENT.value[0], 0]
+    assert read.responses[1].data == b"fine"
