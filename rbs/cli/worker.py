@@ -266,6 +266,7 @@ def _status_dict(reply: Any) -> dict[str, Any]:
                 "job_slots_used": w.job_slots_used,
                 "last_heartbeat": w.last_heartbeat.ToJsonString(),
                 "version": w.version,
+                "container_runtimes": list(w.container_runtimes),
             }
             for w in reply.workers
         ],

@@ -59,6 +59,7 @@ _FUNCTIONS = {
 }
 
 
+_CONTAINER_RUNTIMES = ("podman", "docker")
 # How long a server may take to answer Register before the worker gives up.
 _REGISTER_TIMEOUT_S = 30.0
 
@@ -72,6 +73,7 @@ class Resources:
     cpus: int
     memory_bytes: int
     gpu_ids: tuple[str, ...]
+    container_runtimes: tuple[str, ...] = ()
 
 
 def machine_resources() -> Resources:
@@ -92,7 +94,9 @@ def machine_resources() -> Resources:
             gpus = tuple(line.strip() for line in out.splitlines() if line.strip())
         except (OSError, subprocess.SubprocessError) as e:
             log.warning("nvidia-smi is installed but failed (%s); advertising no GPUs", e)
-    return Resources(cpus=cpus, memory_bytes=memory, gpu_ids=gpus)
+    # Runtimes for jobs that name an image; present means installed, not yet proven usable.
+    runtimes = tuple(r for r in _CONTAINER_RUNTIMES if shutil.which(r))
+    return Resources(cpus=cpus, memory_bytes=memory, gpu_ids=gpus, container_runtimes=runtimes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,6 +180,7 @@ class Worker:
             gpu_ids=config.gpu_ids if config.gpu_ids is not None else machine.gpu_ids,
             build_slots=config.build_slots if config.build_slots is not None else cpus,
             job_slots=config.job_slots if config.job_slots is not None else cpus,
+            container_runtimes=machine.container_runtimes,
             version=__version__,
         )
         self.worker_id = self.register.worker_id

@@ -343,6 +343,7 @@ class WorkerHub:
                     state=v.state.value,
                     last_heartbeat=_timestamp(now_wall - (now_mono - v.last_heartbeat)),
                     version=i.version,
+                    container_runtimes=i.container_runtimes,
                 )
             )
         return out
