@@ -74,6 +74,9 @@ def test_build_remote_runs_on_the_cluster_and_shares_its_cache(tmp_path: Path) -
         cached = rbs(three, "build", "//...", "--remote", target, "--remote-cache-only", env=auth)
         assert cached.returncode == 0, cached.stderr
         assert _counts(cached.stderr) == (local_only, hits)
+        # Tests run on the cluster too.
+        tests = rbs(one, "test", "//...", "--remote", target, env=auth)
+        assert tests.returncode == 0 and "2 passed, 0 failed" in tests.stdout, tests.stderr
         # `rbs remote status` sees the worker and the (empty) job states.
         st = rbs(one, "remote", "status", "--server", target, "--json", env=auth)
         assert st.returncode == 0, st.stderr
