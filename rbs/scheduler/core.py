@@ -34,6 +34,7 @@ from rbs.scheduler.instructions import (
     JobRecord,
     Kill,
     KillReason,
+    NodeRecord,
     Rejected,
     TaskRecord,
     WorkerRecord,
@@ -114,7 +115,10 @@ class Scheduler:
         elif isinstance(ev, TaskStarted):
             self._started(ev)
         elif isinstance(ev, WorkerUp):
-            self._worker_up(ev)
+            try:
+                self._worker_up(ev)
+            except SchedulerError as e:
+                st.actions.append(Rejected(event_id=ev.event_id, message=str(e)))
         elif isinstance(ev, WorkerDown):
             worker = st.workers.get(ev.worker_id)
             if worker is not None and worker.alive:
@@ -272,26 +276,26 @@ class Scheduler:
             master_ports=ev.master_ports or self.config.default_master_ports,
             alive=True,
         )
-        worker = st.workers.get(ev.worker_id)
-        if worker is None:
-            worker = st.workers[ev.worker_id] = WorkerState(rec, st.now)
-        else:
-            self._check_shrink(worker, rec)
-            worker.reconfigure(rec)
-        worker.last_seen = st.now
-        st.dirty_workers[worker.worker_id] = worker
-        st.need_pass = True
         # Reconcile: what we placed there but it no longer has was lost; what it runs
         # that we did not place (or no longer want) is killed, never run twice.
         held = {(r.job_id, r.index, r.attempt, r.rank) for r in ev.running}
         held |= {(f.run.job_id, f.run.index, f.run.attempt, f.run.rank) for f in ev.finished}
-        for key in list(worker.allocs):
-            if key not in held:
-                run = lc.find_run(st, key[0], key[1], key[2])
-                if run is not None:
-                    lc.node_lost(st, run, key[3])
-                else:
-                    worker.release(key)
+        worker = st.workers.get(ev.worker_id)
+        if worker is None:
+            worker = st.workers[ev.worker_id] = WorkerState(rec, st.now)
+        else:
+            self._check_shrink([n for k, n in worker.allocs.items() if k in held], rec)
+            for key in list(worker.allocs):
+                if key not in held:
+                    run = lc.find_run(st, key[0], key[1], key[2])
+                    if run is not None:
+                        lc.node_lost(st, run, key[3])
+                    else:
+                        worker.release(key)
+            worker.reconfigure(rec)
+        worker.last_seen = st.now
+        st.dirty_workers[worker.worker_id] = worker
+        st.need_pass = True
         for ref in ev.running:
             if (ref.job_id, ref.index, ref.attempt, ref.rank) not in worker.allocs:
                 st.actions.append(
@@ -300,8 +304,7 @@ class Scheduler:
         for exited in ev.finished:
             self._exited(exited)
 
-    def _check_shrink(self, worker: WorkerState, rec: WorkerRecord) -> None:
-        nodes = list(worker.allocs.values())
+    def _check_shrink(self, nodes: list[NodeRecord], rec: WorkerRecord) -> None:
         if (
             sum(n.cpu_millis for n in nodes) > rec.cpu_millis
             or sum(n.memory_bytes for n in nodes) > rec.memory_bytes
