@@ -151,6 +151,10 @@ def test_clean_rebuild_is_all_remote_cache_hits(bazel: Bazel, tmp_path: Path) ->
         assert _cache_hits(second.stderr) == GENRULES, _processes(second.stderr)
         out = (bazel.ws / "bazel-bin" / f"g{GENRULES - 1}.txt").read_text()
         assert out.splitlines() == ["seed", *(f"step{i}" for i in range(1, GENRULES))]
+        # An instance name the server does not serve fails the build with the reason.
+        wrong = bazel.build(server.port, "--remote_instance_name=nope")
+        assert wrong.returncode != 0
+        assert "unknown instance name 'nope'" in wrong.stderr, wrong.stderr[-2000:]
     finally:
         _stop_server(server)
 
