@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.build.reapi import FUNCTION, ExecResult, OutputFile, PreparedAction, from_result, to_result
+from rbs.build.sandbox import Sandbox
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry, materialize
 from rbs.model import Digest
@@ -115,14 +116,44 @@ class LocalRunner(ActionRunner):
         # Finished sandboxes are deleted by one background thread, off the critical path.
         self._trash: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
         self._cleaner: threading.Thread | None = None
+        # Sandboxes are reused between actions (see sandbox.py); these are free now.
+        self._idle: list[Sandbox] = []
+        self._lock = threading.Lock()
 
     def execute(self, action: PreparedAction) -> ExecResult:
-        box = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{next(_seq)}-", dir=self.sandbox_root))
+        if action.entries is None or self.keep:
+            box = Path(
+                tempfile.mkdtemp(prefix=f"{os.getpid()}-{next(_seq)}-", dir=self.sandbox_root)
+            )
+            try:
+                exec_root = box / "execroot" / self.exec_root_name
+                if action.entries is not None:
+                    self._link_inputs(action.entries, exec_root)
+                else:
+                    materialize(self.store, action.input_root, exec_root, link=True)
+                return self._run(action, exec_root, box)
+            finally:
+                if not self.keep:
+                    self._discard(box)
+        sandbox = self._acquire()
+        reusable = False
         try:
-            return self._run(action, box)
+            sandbox.populate(action.entries)
+            result = self._run(action, sandbox.exec_root, sandbox.tmp)
+            reusable = sandbox.reset()
+            return result
         finally:
-            if not self.keep:
-                self._discard(box)
+            if reusable:
+                with self._lock:
+                    self._idle.append(sandbox)
+            else:
+                self._discard(sandbox.box)
+
+    def _acquire(self) -> Sandbox:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return Sandbox(self.sandbox_root, self.exec_root_name, self.store)
 
     def _discard(self, box: Path) -> None:
         if self._cleaner is None:
@@ -137,7 +168,11 @@ class LocalRunner(ActionRunner):
             shutil.rmtree(box, ignore_errors=True)
 
     def close(self) -> None:
-        """Wait until every finished sandbox is deleted."""
+        """Delete the idle sandboxes; wait until every finished sandbox is deleted."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for sandbox in idle:
+            self._discard(sandbox.box)
         if self._cleaner is not None:
             self._trash.put(None)
             self._cleaner.join()
@@ -167,17 +202,12 @@ class LocalRunner(ActionRunner):
                     entry.digest, exec_root / rel, executable=entry.executable, link=True
                 )
 
-    def _run(self, action: PreparedAction, box: Path) -> ExecResult:
-        exec_root = box / "execroot" / self.exec_root_name
-        if action.entries is not None:
-            self._link_inputs(action.entries, exec_root)
-        else:
-            materialize(self.store, action.input_root, exec_root, link=True)
+    def _run(self, action: PreparedAction, exec_root: Path, tmp: Path) -> ExecResult:
         cmd = action.command
         cwd = exec_root / cmd.working_directory if cmd.working_directory else exec_root
         env = {e.name: e.value for e in cmd.environment_variables}
-        # The sandbox folder doubles as TMPDIR: it is deleted with the sandbox.
-        env.setdefault("TMPDIR", str(box))
+        # A private TMPDIR, emptied (or deleted) with the sandbox.
+        env.setdefault("TMPDIR", str(tmp))
         limit = action.action.timeout.seconds or None
         try:
             code, out, err = _run_process(list(cmd.arguments), cwd, env, limit)

@@ -348,3 +348,21 @@ def test_custom_rule_runs_a_py_binary_tool_with_args(make_ws: MakeWs) -> None:
     r = build(root, "//p:u")
     assert r.ok, r.report.failures
     assert out(root, "p/u.txt") == "QUIET WORDS\n"
+
+
+def test_a_reused_sandbox_shows_nothing_of_the_previous_action(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "p/BUILD": (
+                'genrule(name = "a", outs = ["a.txt"],\n'
+                '        cmd = "touch stray.txt $(@D)/stray2.txt $$TMPDIR/tmpfile; mkdir -p strays/x $(@D)/d; echo a > $@")\n'
+                'genrule(name = "b", srcs = [":a.txt"], outs = ["b.txt"],\n'
+                '        cmd = "find . | sort > $@; ls -A $$TMPDIR >> $@")\n'
+            )
+        }
+    )
+    r = run_build(root, ["//p:b"], options=BuildOptions(jobs=1))
+    assert r.ok, r.report.failures
+    listing = out(root, "p/b.txt").split()
+    assert "./bazel-out/k8-fastbuild/bin/p/a.txt" in listing
+    assert not [x for x in listing if "stray" in x or "tmpfile" in x or x.endswith("/d")], listing
