@@ -168,7 +168,17 @@ class Executor:
             while ready and not stop:
                 i = ready.pop()
                 spec = graph.actions[i]
-                running[pool.submit(self._one, spec, digests, report, i)] = i
+                checked = self._check(spec, digests)
+                if isinstance(checked, tuple):
+                    # Unchanged: settled here, without a trip through the thread pool.
+                    self._memo_hit(spec, checked, digests, report, i)
+                    self.listener.action_finished(spec, how="memo")
+                    for u in users[i]:
+                        deps[u].discard(i)
+                        if not deps[u] and u not in blocked:
+                            ready.append(u)
+                    continue
+                running[pool.submit(self._one, spec, checked, digests, report, i)] = i
             if not running:
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -216,19 +226,17 @@ class Executor:
             digests[path] = (d, exe)
         return d, exe
 
-    def _one(
-        self, spec: ActionSpec, digests: dict[str, tuple[Digest, bool]], report: Report, idx: int
-    ) -> tuple[str, str]:
-        """Bring one action's outputs up to date; returns (how, failure message)."""
+    def _check(
+        self, spec: ActionSpec, digests: dict[str, tuple[Digest, bool]]
+    ) -> _Pending | tuple[str, tuple[tuple[str, str, bool], ...]] | str:
+        """The memo entry if the action is unchanged, else what running it needs
+        (or a failure message when an input is gone)."""
         if spec.is_test and self.test_timeout:
             spec = dataclasses.replace(spec, timeout_s=self.test_timeout)
         try:
             inputs = {p: self._input_digest(p, digests) for p in spec.inputs}
         except FileNotFoundError as e:
-            return (
-                "failed",
-                f"missing input {e.filename}: it was deleted after analysis; build again",
-            )
+            return f"missing input {e.filename}: it was deleted after analysis; build again"
         sig = signature(
             [
                 repr(spec),
@@ -237,14 +245,38 @@ class Executor:
         )
         memo = self.state.memo.get(sig)
         if memo is not None and self._outputs_intact(memo):
-            with self._lock:
-                self.state.memo[sig] = self.state.memo.pop(sig, memo)  # most recently used last
-                for path, text, exe in memo:
-                    digests[path] = (Digest.parse(text), exe)
-                report.memo_hits += 1
-                if spec.is_test:
-                    report.tests[idx] = (0, True, b"")
-            return "memo", ""
+            return sig, memo
+        return _Pending(spec=spec, inputs=inputs, sig=sig)
+
+    def _memo_hit(
+        self,
+        spec: ActionSpec,
+        hit: tuple[str, tuple[tuple[str, str, bool], ...]],
+        digests: dict[str, tuple[Digest, bool]],
+        report: Report,
+        idx: int,
+    ) -> None:
+        sig, memo = hit
+        with self._lock:
+            self.state.memo[sig] = self.state.memo.pop(sig, memo)  # most recently used last
+            for path, text, exe in memo:
+                digests[path] = (Digest.parse(text), exe)
+            report.memo_hits += 1
+            if spec.is_test:
+                report.tests[idx] = (0, True, b"")
+
+    def _one(
+        self,
+        spec: ActionSpec,
+        pending: _Pending | str,
+        digests: dict[str, tuple[Digest, bool]],
+        report: Report,
+        idx: int,
+    ) -> tuple[str, str]:
+        """Run (or fetch from the action cache) one changed action; (how, failure)."""
+        if isinstance(pending, str):
+            return "failed", pending
+        spec, inputs, sig = pending.spec, pending.inputs, pending.sig
         self.listener.action_started(spec)
         outcome = self.backend.bring_up_to_date(spec, inputs)
         log.debug(
@@ -300,6 +332,15 @@ class Executor:
             os.replace(tmp, dest)
         with self._lock:
             self.state.published[rel] = out_key(dest)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Pending:
+    """A changed action with its input digests and memo signature."""
+
+    spec: ActionSpec
+    inputs: dict[str, tuple[Digest, bool]]
+    sig: str
 
 
 class Backend:
