@@ -11,6 +11,7 @@ from rbs.build.errors import BuildError
 from rbs.build.executor import out_path
 from rbs.build.graph import File
 from rbs.build.labels import Label
+from rbs.build.protos import re_pb2  # noqa: F401 (before rbs.cas: no grpc import)
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry, build_tree
 from rbs.model import Digest, DigestFunction

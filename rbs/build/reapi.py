@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.build.graph import ActionSpec
+from rbs.build.protos import re_pb2
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry, build_tree, digest_of, to_proto
 from rbs.model import Digest, DigestFunction

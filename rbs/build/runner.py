@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 
-from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from rbs.build.protos import re_pb2
 from rbs.build.reapi import FUNCTION, ExecResult, OutputFile, PreparedAction, from_result, to_result
 from rbs.build.sandbox import Sandbox
 from rbs.cas.store import BlobStore
