@@ -19,7 +19,12 @@ from rbs.build.executor import (
 from rbs.build.graph import BIN_DIR, ActionGraph, File
 from rbs.build.jobtarget import finish_job_targets, job_targets
 from rbs.build.labels import Label
-from rbs.build.state import BuildState, load_cached_analysis, request_key, save_analysis
+from rbs.build.state import (
+    BuildState,
+    load_cached_analysis_with_deps,
+    request_key,
+    save_analysis,
+)
 from rbs.model import Digest
 
 
@@ -75,11 +80,12 @@ _ANALYSIS_MODULES = (
 
 def _analysis(
     root: Path, patterns: Sequence[str], cwd_package: str, request: str, tests_only: bool
-) -> tuple[list[Label], ActionGraph, bool]:
-    cached = load_cached_analysis(root, request)
+) -> tuple[list[Label], ActionGraph, bool, list[str]]:
+    """(labels, graph, whether it came from the cache, paths the analysis depends on)."""
+    cached = load_cached_analysis_with_deps(root, request)
     if cached is not None:
-        labels, graph = cached
-        return labels, graph, True
+        deps_read, (labels, graph) = cached
+        return labels, graph, True, deps_read
     from rbs.build.api import analyze, resolve_patterns
     from rbs.build.loader import Loader
     from rbs.build.workspace import Workspace
@@ -103,7 +109,7 @@ def _analysis(
     deps.update(str(here / f"{m}.py") for m in _ANALYSIS_MODULES)
     deps.add("WORKSPACE" if (root / "WORKSPACE").exists() else "WORKSPACE.bazel")
     save_analysis(root, request, deps, (labels, graph))
-    return labels, graph, False
+    return labels, graph, False, sorted(deps)
 
 
 def run_build(
@@ -128,7 +134,7 @@ def run_build(
     state.dir.mkdir(parents=True, exist_ok=True)
     if mode == "build" and state.is_noop(request):
         return BuildResult(labels=[], up_to_date=True, root=root)
-    labels, graph, cached = _analysis(
+    labels, graph, cached, analysis_deps = _analysis(
         root, patterns, cwd_package, request, tests_only=mode == "test"
     )
     paths: list[str] = []
@@ -171,7 +177,7 @@ def run_build(
                 write_runfiles_tree(root, graph, label)
         result.manifests = finish_job_targets(root, graph, jobs, report, state)
     if mode == "build" and report.ok:
-        deps = _noop_paths(root, graph, indices, request)
+        deps = _noop_paths(graph, indices, analysis_deps)
         # A job's data files need not be any action's input, and its manifest is not
         # an action output: both decide whether the build is a no-op.
         deps.extend(f.path for job in jobs.values() for f in job.files() if f.is_source)
@@ -183,11 +189,8 @@ def run_build(
     return result
 
 
-def _noop_paths(root: Path, graph: ActionGraph, indices: list[int], request: str) -> list[str]:
-    from rbs.build.state import _load
-
-    rec = _load(root / ".rbs" / "state" / f"analysis-{request}.pickle")
-    paths = [p for p, _ in rec[0]] if rec else []
+def _noop_paths(graph: ActionGraph, indices: list[int], analysis_deps: list[str]) -> list[str]:
+    paths = list(analysis_deps)
     for i in indices:
         a = graph.actions[i]
         paths.extend(p for p in a.inputs if not p.startswith(BIN_DIR))

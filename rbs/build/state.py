@@ -155,12 +155,18 @@ class BuildState:
 
 def load_cached_analysis(root: Path, request: str) -> Any:
     """The analysis saved for `request` if none of the files it read changed, else None."""
+    found = load_cached_analysis_with_deps(root, request)
+    return None if found is None else found[1]
+
+
+def load_cached_analysis_with_deps(root: Path, request: str) -> tuple[list[str], Any] | None:
+    """(paths the analysis read, analysis) if none of those files changed, else None."""
     value = _load(root / ".rbs" / "state" / f"analysis-{request}.pickle")
     if not isinstance(value, tuple) or len(value) != 2:
         return None
     deps, payload = value
     if all(stat_key(root / p) == k for p, k in deps):
-        return payload
+        return [p for p, _ in deps], payload
     return None
 
 
