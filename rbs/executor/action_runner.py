@@ -37,7 +37,7 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as r
 from rbs.cas.errors import BlobNotFound, InvalidTree
 from rbs.cas.store import BlobStore, BlobWriter
 from rbs.cas.tree import collect_directories, tree_from_path
-from rbs.executor.sandbox import Sandbox, SandboxError, safe_relative
+from rbs.executor.sandbox import Sandbox, SandboxError, remove_tree, safe_relative
 from rbs.model import Digest, DigestFunction
 
 log = logging.getLogger(__name__)
@@ -207,15 +207,24 @@ class ActionRunner:
     ) -> Path:
         ir = action.input_root_digest
         root = Digest(function=digest.function, hash=ir.hash, size=ir.size_bytes)
-        if self._prefetch is not None:
-            self._prefetch(root)
-        return sandbox.populate(
-            self._store,
-            root,
-            working_directory=command.working_directory,
-            outputs=_output_paths(command),
-            link=self._link,
-        )
+        for attempt in (1, 2):
+            if self._prefetch is not None:
+                self._prefetch(root)
+            try:
+                return sandbox.populate(
+                    self._store,
+                    root,
+                    working_directory=command.working_directory,
+                    outputs=_output_paths(command),
+                    link=self._link,
+                )
+            except BlobNotFound:
+                # The local cache dropped a blob it found corrupt (say, an earlier action
+                # wrote to a hardlinked input): fetch again into a clean sandbox, once.
+                if attempt == 2:
+                    raise
+                remove_tree(sandbox.root)
+        raise AssertionError("unreachable")
 
     async def _execute(
         self, command: re_pb2.Command, wd: Path, sandbox: Sandbox, timeout: float

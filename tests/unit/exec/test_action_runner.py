@@ -104,7 +104,7 @@ def test_missing_program_exits_127_with_reason(store: MemoryStore, tmp_path: Pat
 def test_timeout_kills_the_process_group(store: MemoryStore, tmp_path: Path) -> None:
     marker = tmp_path / "child-survived"
     # A background grandchild would write the marker if the group were not killed.
-    script = f"(sleep 1; touch {marker}) & echo started; sleep 30"
+    script = f"(sleep 2; touch {marker}) & echo started; sleep 30"
     digest = make_action(store, ["/bin/sh", "-c", script], timeout_s=1)
     outcome = _run(store, tmp_path, digest)
     assert outcome.code == code_pb2.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
@@ -157,3 +157,21 @@ def test_cancel_kills_the_command(store: MemoryStore, tmp_path: Path) -> None:
             pass
 
     asyncio.run(asyncio.wait_for(go(), 20))
+
+
+def test_an_action_writing_to_its_inputs_does_not_poison_the_next(tmp_path: Path) -> None:
+    """Inputs are hardlinks into the cache; as root an action can write through one."""
+    from rbs.cas.disk import DiskStore
+
+    disk = DiskStore(tmp_path / "cas", durable=False)
+    evil = make_action(disk, ["/bin/sh", "-c", "echo EVIL >> in.txt"], inputs={"in.txt": b"ok\n"})
+    reader = make_action(disk, ["/bin/cat", "in.txt"], inputs={"in.txt": b"ok\n"})
+    runner = ActionRunner(disk, tmp_path / "work")
+    assert asyncio.run(runner.run(evil, name="evil")).code == code_pb2.OK
+    outcome = asyncio.run(runner.run(reader, name="reader"))
+    assert outcome.code == code_pb2.OK, outcome.message
+    out = outcome.result.stdout_digest
+    assert (
+        disk.get(Digest(function=DigestFunction.BLAKE3, hash=out.hash, size=out.size_bytes))
+        == b"ok\n"
+    )
