@@ -5,10 +5,11 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from rbs.build.executor import Backend, Outcome, OutputRef
-from rbs.build.graph import ActionSpec
+from rbs.build.executor import Backend, Outcome, OutputRef, out_path
+from rbs.build.graph import BIN_DIR, ActionSpec
 from rbs.build.reapi import FUNCTION, prepare
 from rbs.build.runner import ActionCache, ActionRunner, LocalActionCache, LocalRunner
+from rbs.cas.errors import CasError
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry
 from rbs.model import Digest
@@ -40,8 +41,18 @@ class StoreBackend(Backend):
         self.store.export_file(digest, dest, executable=executable, link=True)
 
     def _ensure_source(self, path: str, digest: Digest) -> None:
-        if not path.startswith("bazel-out/") and not self.store.contains(digest):
-            self.store.put_file(self.root / path, expected=digest)
+        """Put an input into the store: a source file, or a generated file whose blob the
+        store evicted since (the published copy under rbs-out/ still has the bytes)."""
+        if self.store.contains(digest):
+            return
+        local = self.root / (out_path(path) if path.startswith(BIN_DIR + "/") else path)
+        try:
+            self.store.put_file(local, expected=digest)
+        except (OSError, CasError) as e:
+            raise RuntimeError(
+                f"input {path} is neither in the store nor intact at {local} ({e}); "
+                "run `rbs clean` and build again"
+            ) from None
 
     def bring_up_to_date(self, spec: ActionSpec, inputs: dict[str, tuple[Digest, bool]]) -> Outcome:
         if spec.kind == "write":

@@ -366,3 +366,24 @@ def test_a_reused_sandbox_shows_nothing_of_the_previous_action(make_ws: MakeWs) 
     listing = out(root, "p/b.txt").split()
     assert "./bazel-out/k8-fastbuild/bin/p/a.txt" in listing
     assert not [x for x in listing if "stray" in x or "tmpfile" in x or x.endswith("/d")], listing
+
+
+def test_inputs_evicted_from_the_store_come_back_from_rbs_out(make_ws: MakeWs) -> None:
+    import shutil
+
+    root = make_ws(
+        {
+            "p/a.txt": "a\n",
+            "p/extra.txt": "1\n",
+            "p/BUILD": (
+                'genrule(name = "a", srcs = ["a.txt"], outs = ["a.out"], cmd = "cp $< $@")\n'
+                'genrule(name = "b", srcs = [":a.out", "extra.txt"], outs = ["b.out"], cmd = "cat $(SRCS) > $@")\n'
+            ),
+        }
+    )
+    assert build(root).ok
+    shutil.rmtree(root / ".rbs/cas")  # as if the store had evicted every blob
+    (root / "p/extra.txt").write_text("2\n")  # b reruns; a is unchanged, its blob gone
+    r = build(root)
+    assert r.ok, r.report.failures
+    assert r.report.executed == 1 and out(root, "p/b.out") == "a\n2\n"
