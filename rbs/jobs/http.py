@@ -59,7 +59,19 @@ class HttpConnection:
 
     def _connect(self) -> socket.socket:
         try:
-            s = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            family = _ip_family(self.host)
+            if family is None:
+                s = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            else:
+                # A numeric address needs no getaddrinfo, which would cost a CLI call
+                # the resolver's set-up and the idna codec's import.
+                s = socket.socket(family, socket.SOCK_STREAM)
+                try:
+                    s.settimeout(self.timeout)
+                    s.connect((self.host, self.port))
+                except OSError:
+                    s.close()
+                    raise
         except OSError as e:
             raise ConnectError(
                 f"cannot reach the rbs server at {self.host}:{self.port}: {e}"
@@ -229,6 +241,16 @@ class HttpConnection:
         finally:
             if not complete:
                 self.close()  # the caller stopped mid-body: the rest would poison the next request
+
+
+def _ip_family(host: str) -> socket.AddressFamily | None:
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        return family
+    return None
 
 
 def _error(resp: Response) -> HttpError:
