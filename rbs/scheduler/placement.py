@@ -44,10 +44,27 @@ class Pass:
         self.st = st
         self.reserved: dict[str, float] = {}
         self.reservations = 0
-        self.open_shapes = set(st.ready.shapes)
+        self.open_shapes = self._feasible(st)
         self.blocked: dict[Shape, str] = {}
+        self.failed: list[tuple[Shape, str]] = []
         self.capable: dict[tuple[Resources, int], int] = {}
         self.releases: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
+
+    @staticmethod
+    def _feasible(st: SchedState) -> set[Shape]:
+        """The queue's shapes that fit the largest free amounts: a cheap superset of what can start."""
+        cpu = mem = gpus = slots = 0
+        for w in st.workers.values():
+            if w.alive and w.free_slots > 0:
+                cpu = max(cpu, w.free_cpu)
+                mem = max(mem, w.free_mem)
+                gpus = max(gpus, len(w.free_gpus))
+                slots += 1
+        return {
+            s
+            for s in st.ready.shapes
+            if s[0] <= cpu and s[1] <= mem and s[2] <= gpus and s[3] <= slots
+        }
 
     def run(self) -> None:
         st = self.st
@@ -73,20 +90,31 @@ class Pass:
             if throttle is not None and len(job.runs) >= throttle:
                 return "JobArrayTaskLimit"
             if shape not in self.open_shapes:
-                why = self.blocked.get(shape, "Resources")
+                why = self.blocked.get(shape)
+                if why is None:
+                    # Ruled out up front (nothing has that much free). Behind a failed
+                    # smaller shape it waits on that one; otherwise it failed itself.
+                    why = next((w for f, w in self.failed if dominates(shape, f)), None)
+                    if why is None:
+                        return self.fail(job, shape, placeable=False)
                 return "Priority" if self.reserved and why != "ReqNodeNotAvail" else why
             placement = place(st, job, self.reserved)
             if placement is None:
-                why = self.diagnose(job)
-                for other in [s for s in self.open_shapes if dominates(s, shape)]:
-                    self.open_shapes.discard(other)
-                    self.blocked[other] = why
-                self.blocked[shape] = why
-                return why
+                return self.fail(job, shape)
             start_run(st, job, placement)
         return None
 
-    def diagnose(self, job: Job) -> str:
+    def fail(self, job: Job, shape: Shape, placeable: bool = True) -> str:
+        """Record that `shape` cannot start now, nor anything at least as big."""
+        why = self.diagnose(job, placeable)
+        for other in [s for s in self.open_shapes if dominates(s, shape)]:
+            self.open_shapes.discard(other)
+            self.blocked[other] = why
+        self.blocked[shape] = why
+        self.failed.append((shape, why))
+        return why
+
+    def diagnose(self, job: Job, placeable: bool = True) -> str:
         st = self.st
         res = job.manifest.resources
         lo = job.manifest.node_range[0]
@@ -97,7 +125,7 @@ class Pass:
             )
         if self.capable[key] < lo:
             return "ReqNodeNotAvail"  # the workers that could run it are down or absent
-        if self.reserved and place(st, job, {}) is not None:
+        if placeable and self.reserved and place(st, job, {}) is not None:
             return "Priority"  # it would fit, but on resources promised to a job ahead of it
         return "Resources"
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rbs.model import Resources
 from rbs.scheduler.config import SchedulerConfig
 
 if TYPE_CHECKING:
@@ -54,9 +55,12 @@ Shape = tuple[int, int, int, int, float]  # cpu, memory, gpus, min nodes, time l
 
 def shape_of(job: Job) -> Shape:
     """What one task of the job needs; a job needing at least another's shape fits no sooner."""
-    r = job.manifest.resources
-    limit = float(job.time_limit) if job.time_limit is not None else math.inf
-    return (r.cpu_millis, r.memory_bytes, r.gpus, job.manifest.node_range[0], limit)
+    return job.shape
+
+
+def compute_shape(resources: Resources, min_nodes: int, time_limit: int | None) -> Shape:
+    limit = float(time_limit) if time_limit is not None else math.inf
+    return (resources.cpu_millis, resources.memory_bytes, resources.gpus, min_nodes, limit)
 
 
 def dominates(a: Shape, b: Shape) -> bool:

@@ -23,7 +23,7 @@ from rbs.scheduler.instructions import (
     Start,
     TaskRecord,
 )
-from rbs.scheduler.policy import ReadyQueue
+from rbs.scheduler.policy import ReadyQueue, compute_shape
 from rbs.scheduler.workers import NodeKey, WorkerState
 
 RunKey = tuple[int, int | None, int]  # job id, index, attempt
@@ -165,6 +165,7 @@ class Job:
         "provenance",
         "reason",
         "runs",
+        "shape",
         "signal",
         "start_time",
         "state",
@@ -199,6 +200,7 @@ class Job:
         self.workers: tuple[str, ...] = ()
         self.pool = TaskPool(manifest.array)
         self.runs: dict[int, Run] = {}  # pool index (0 for a single job) -> active run
+        self.shape = compute_shape(manifest.resources, manifest.node_range[0], time_limit)
         self.eval_pass = 0
 
     @property
