@@ -16,7 +16,6 @@ import sys
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "cas": ("rbs.cli.cas", "cas", "Operate the content-addressed store."),
     "remote": ("rbs.cli.remote", "remote", "Run the remote cache and execution server."),
-    "build": ("rbs.cli.build", "build", "Build targets from BUILD files."),
     "run": ("rbs.cli.build", "run", "Build and run an executable target."),
     "test": ("rbs.cli.build", "test", "Build and run tests; summarize passes and failures."),
     "query": ("rbs.cli.build", "query", "List targets and their dependencies."),
@@ -24,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 FAST_COMMANDS: dict[str, tuple[str, str, str]] = {
     "job": ("rbs.cli.job", "main", "Submit and manage batch jobs on the cluster."),
+    "build": ("rbs.cli.build_fast", "main", "Build targets from BUILD files."),
 }
 
 

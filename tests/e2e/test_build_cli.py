@@ -39,6 +39,19 @@ def test_build_run_query_clean(ws: Path) -> None:
     assert "Target //greet:count up-to-date:" in r.stderr
     again = rbs(ws / "greet", "build", "//greet/...")
     assert again.returncode == 0 and "up to date" in again.stderr
+    # A no-op is answered before click, Starlark or the store are imported.
+    timed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "rbs", "build", "-j", "2", "//greet/..."],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    imported = {
+        line.rsplit("|", 1)[-1].strip() for line in timed.stderr.splitlines() if "|" in line
+    }
+    assert "up to date" in timed.stderr and not imported & {"click", "starlark", "rbs.cas.disk"}
     run = rbs(ws, "run", "//greet:hello", "--", "Ada")
     assert run.returncode == 0, run.stderr
     assert run.stdout.endswith("(3 words)\nHello, Ada!\n")

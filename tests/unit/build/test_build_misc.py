@@ -67,3 +67,13 @@ def test_plain_progress_prints_running_actions_and_failures() -> None:
         "[0/2] Genrule //p:g",
         "FAILED: Genrule //p:g: exit code 1",
     ]
+
+
+def test_fast_build_command_line_parsing() -> None:
+    from rbs.cli.build_fast import _patterns
+
+    assert _patterns(["//...", "-j", "2", "--plain"]) == ["//..."]
+    assert _patterns(["-j4", "//a:b", ":c", "--keep-going"]) == ["//a:b", ":c"]
+    assert _patterns(["--help"]) is None
+    assert _patterns(["-j", "x", "//..."]) is None
+    assert _patterns([]) is None
