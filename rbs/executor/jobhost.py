@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import re
 import threading
@@ -46,7 +47,7 @@ from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError
 from rbs.executor.jobfiles import RunDirs
-from rbs.executor.joblog import LogLine, LogSpool, Stream
+from rbs.executor.joblog import LogLine, Stream
 from rbs.executor.jobrun import FUNCTIONS, HostSetup, LeaseRun, RunResult, execute
 from rbs.executor.jobship import LogShipper
 from rbs.executor.jobspec import KillReason, RunState
@@ -124,6 +125,8 @@ class JobHost:
         self._free = slots
         self._waiting: collections.deque[asyncio.Future[bool]] = collections.deque()
         self._stopping = False
+        self._starts: collections.deque[tuple[float, float, LeaseRun]] = collections.deque()
+        self._start_timer: asyncio.TimerHandle | None = None
         # Pooled threads: a thread started per job costs the loop a handshake with it,
         # which a busy host makes slow. Runs killed while waiting need a thread too.
         self._threads = ThreadPoolExecutor(slots + 2, thread_name_prefix="rbs-job")
@@ -324,12 +327,24 @@ class JobHost:
         if shipper.spool is None:
             shipper.spool = run.spool
         if not run.start_reported and run.runner is not None and run.runner.pid is not None:
-            run.start_reported = True  # scheduled once
-            started = time.time()
-            asyncio.get_running_loop().call_later(
-                START_REPORT_DELAY_S, self._report_start, run, started
-            )
+            run.start_reported = True  # considered once
+            self._starts.append((time.monotonic(), time.time(), run))
+            if self._start_timer is None:
+                self._start_timer = asyncio.get_running_loop().call_later(
+                    START_REPORT_DELAY_S, self._report_starts
+                )
         shipper.on_lines(lines)
+
+    def _report_starts(self) -> None:
+        """One timer for every pending start report, not one per run."""
+        self._start_timer = None
+        now = time.monotonic()
+        while self._starts and now - self._starts[0][0] >= START_REPORT_DELAY_S:
+            _, started_at, run = self._starts.popleft()
+            self._report_start(run, started_at)
+        if self._starts:
+            wait = START_REPORT_DELAY_S - (now - self._starts[0][0])
+            self._start_timer = asyncio.get_running_loop().call_later(wait, self._report_starts)
 
     def _report_start(self, run: LeaseRun, started_at: float) -> None:
         runner = run.runner
@@ -406,15 +421,20 @@ class JobHost:
             self._forgotten.popitem(last=False)
         if run.shipper is not None:
             run.shipper.close()
-        asyncio.get_running_loop().run_in_executor(
-            self._threads, _discard, run.spool, run.dirs.root
-        )
-
-
-def _discard(spool: LogSpool | None, root: Path) -> None:
-    if spool is not None:
-        spool.close()
-    jobfiles.remove(root)
+        if run.spool is not None:
+            run.spool.close()
+        try:
+            # Normally only the spool is left (execute removed work/ and tmp/): two
+            # system calls, cheaper here than a trip to a thread.
+            with contextlib.suppress(FileNotFoundError):
+                run.dirs.spool.unlink()
+            run.dirs.root.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            asyncio.get_running_loop().run_in_executor(
+                self._threads, jobfiles.remove, run.dirs.root
+            )
 
 
 def _finished(
