@@ -80,6 +80,13 @@ class _DiskWriter(BlobWriter):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._tmp)
 
+    def __del__(self) -> None:
+        # A writer dropped without commit or abort (a client that went away) must not
+        # leak its descriptor or leave its temp file until the stale-temp sweep.
+        if getattr(self, "_fd", None) is not None:
+            with contextlib.suppress(OSError):
+                self.abort()
+
 
 class DiskStore(BlobStore):
     """Blobs as files under `root`; see the module docstring for layout and guarantees.
@@ -247,7 +254,7 @@ class DiskStore(BlobStore):
     def _hash_pool(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="rbs-cas-hash")
+                self._pool = ThreadPoolExecutor(2, thread_name_prefix="rbs-cas-hash")
             return self._pool
 
     # Lookups; each one that finds a blob counts as a use (see the module docstring).

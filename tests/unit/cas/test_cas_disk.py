@@ -207,3 +207,14 @@ def test_sweep_tmp_keeps_fresh_uploads(disk: DiskStore) -> None:
     os.utime(stale, (1, 1))
     assert disk.sweep_tmp() == 1
     assert fresh.exists() and not stale.exists()
+
+
+def test_abandoned_writer_leaves_no_temp_file(disk: DiskStore) -> None:
+    import gc
+
+    w = disk.writer(Digest.of(b"never finished"))
+    w.write(b"never")
+    assert len(list(disk.tmp_dir.iterdir())) == 1
+    del w
+    gc.collect()
+    assert list(disk.tmp_dir.iterdir()) == []
