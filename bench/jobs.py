@@ -11,7 +11,7 @@ processes, as in a deployment; the client is the Python API in this process, or 
     submit-to-start latency on an idle cluster                <= 20 ms
     chain of 20 `--deps afterok` jobs, first submit to last   <= 0.4 s
 
-    .venv/bin/python bench/jobs.py [--job-slots 4] [--runs 3]
+    .venv/bin/python bench/jobs.py [--job-slots 8] [--runs 3] [--no-fsync]
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def bench_chain(client: JobsClient, length: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--job-slots", type=int, default=4, help="the worker's job slots")
+    ap.add_argument("--job-slots", type=int, default=8, help="the worker's job slots")
     ap.add_argument("--runs", type=int, default=3, help="runs per throughput figure")
     ap.add_argument("--tasks", type=int, default=1000)
     ap.add_argument("--cli-calls", type=int, default=500)
