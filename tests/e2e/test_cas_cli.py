@@ -90,3 +90,13 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path, args: list[str], message: 
     assert r.returncode != 0
     assert message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_put_bundle_leaves_out_rbs_state(tmp_path: Path) -> None:
+    src = tmp_path / "proj"
+    (src / ".rbs" / "cas").mkdir(parents=True)
+    (src / ".rbs" / "cas" / "junk").write_text("state")
+    (src / "main.py").write_text("print('hi')")
+    tree = rbs(tmp_path / "home", "cas", "put", "--bundle", str(src)).stdout.strip()
+    rbs(tmp_path / "home", "cas", "get", tree, "-o", str(tmp_path / "out"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["main.py"]
