@@ -38,14 +38,15 @@ async def _serve(config: object, ready_file: Path | None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # The ready file comes first: whoever reads the "serving" line may look for it.
+    if ready_file is not None:
+        _write_ready_file(ready_file, running.port, config.server.data_dir)
     auth = "token required" if config.server.token_file else "no auth"
     click.echo(
         f"rbs remote: serving on {config.server.host}:{running.port} "
         f"(jobs API on port {running.http_port}; data dir {config.server.data_dir}, {auth})"
     )
     sys.stdout.flush()
-    if ready_file is not None:
-        _write_ready_file(ready_file, running.port, config.server.data_dir)
     try:
         await stop.wait()
         log.info("stopping: finishing calls in flight")
