@@ -100,6 +100,7 @@ class JobCluster:
         cpus: int = 4,
         memory_gb: float = 4,
         name: str = "",
+        gpus: tuple[str, ...] = (),
     ) -> Worker:
         async def make() -> tuple[Worker, asyncio.Future[None]]:
             w = Worker(
@@ -109,7 +110,7 @@ class JobCluster:
                     name=name,
                     cpus=cpus,
                     memory_bytes=int(memory_gb * (1 << 30)),
-                    gpu_ids=(),
+                    gpu_ids=gpus,
                     build_slots=1,
                     job_slots=job_slots,
                     reconnect_timeout_s=60,

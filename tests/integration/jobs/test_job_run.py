@@ -171,3 +171,30 @@ def test_jobs_do_not_see_the_workers_environment(
     (out,) = _texts(_lines(client, job), "out")
     assert out.startswith("secret=unset path=")
     assert out.split("path=", 1)[1] == os.environ["PATH"]
+
+
+def test_gpu_jobs_get_their_own_cards(tmp_path: Path) -> None:
+    cluster = JobCluster(tmp_path / "server")
+    try:
+        cluster.add_worker(tmp_path / "w", gpus=("0", "1"))
+        client = cluster.client()
+        gate = tmp_path / "gate"
+        script = f'echo "cards=$CUDA_VISIBLE_DEVICES"; while [ ! -e {gate} ]; do sleep 0.01; done'
+        jobs = [client.submit(["sh", "-c", script], gpus=1) for _ in range(2)]
+        plain = client.submit(["sh", "-c", 'echo "cards=[$CUDA_VISIBLE_DEVICES]"'])
+
+        def cards(job: str) -> list[str]:
+            return [x.text for x in client.logs(job) if x.stream == "out"]
+
+        # Both GPU jobs run at once, each seeing one card, never the same one.
+        seen = wait_for(
+            "both GPU jobs to start",
+            lambda: [c for j in jobs for c in cards(j)] if all(cards(j) for j in jobs) else None,
+        )
+        assert sorted(seen) == ["cards=0", "cards=1"]
+        gate.touch()
+        assert all(cluster.wait(j).ok for j in jobs)
+        assert cluster.wait(plain).ok
+        assert cards(plain) == ["cards=[]"]  # no GPUs asked for: none visible
+    finally:
+        cluster.stop()
