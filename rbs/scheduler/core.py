@@ -294,6 +294,7 @@ class Scheduler:
                         worker.release(key)
             worker.reconfigure(rec)
         worker.last_seen = st.now
+        st.workers_changed()
         st.dirty_workers[worker.worker_id] = worker
         st.need_pass = True
         for ref in ev.running:

@@ -111,6 +111,7 @@ def start_run(st: SchedState, job: Job, placement: list[WorkerState]) -> Run:
         run.deadline = st.now + job.time_limit
         st.push_deadline(job, run)
     job.runs[raw] = run
+    st.pass_starts += 1
     job.attempts = max(job.attempts, attempt)
     job.workers = tuple(w.worker_id for w in placement)
     st.touch_run(run)
@@ -288,6 +289,7 @@ def settle_draining(st: SchedState, run: Run) -> None:
 def worker_lost(st: SchedState, worker: WorkerState) -> None:
     log.info("worker %s lost with %d running nodes", worker.worker_id, len(worker.allocs))
     worker.alive = False
+    st.workers_changed()
     st.dirty_workers[worker.worker_id] = worker
     for key in list(worker.allocs):
         run = find_run(st, key[0], key[1], key[2])

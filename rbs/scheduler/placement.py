@@ -47,7 +47,7 @@ class Pass:
         self.open_shapes = self._feasible(st)
         self.blocked: dict[Shape, str] = {}
         self.failed: list[tuple[Shape, str]] = []
-        self.capable: dict[tuple[Resources, int], int] = {}
+        self.unreservable: set[tuple[Resources, int]] = set()
         self.releases: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
 
     @staticmethod
@@ -68,8 +68,17 @@ class Pass:
 
     def run(self) -> None:
         st = self.st
+        blocked = self.blocked
         for job in st.ready:
             job.eval_pass = st.pass_no
+            why = blocked.get(job.shape) if not job.runs else None
+            if why is not None:
+                # Fast path for deep queues: its shape is already known not to fit.
+                known = "Priority" if self.reserved and why != "ReqNodeNotAvail" else why
+                if job.reason != known:
+                    st.set_state(job, job.state, known)
+                continue
+            allocated = len(self.reserved), st.pass_starts
             reason = self.fill(job)
             if reason is None:
                 continue
@@ -78,7 +87,11 @@ class Pass:
                 self.reservations += 1
             if job.reason != reason:
                 st.set_state(job, job.state, reason)
-            if not self.open_shapes or not _capacity_left(st, self.reserved):
+            if not self.open_shapes:
+                break
+            if allocated != (len(self.reserved), st.pass_starts) and not _capacity_left(
+                st, self.reserved
+            ):
                 break
 
     def fill(self, job: Job) -> str | None:
@@ -94,9 +107,10 @@ class Pass:
                 if why is None:
                     # Ruled out up front (nothing has that much free). Behind a failed
                     # smaller shape it waits on that one; otherwise it failed itself.
-                    why = next((w for f, w in self.failed if dominates(shape, f)), None)
-                    if why is None:
+                    behind = next((w for f, w in self.failed if dominates(shape, f)), None)
+                    if behind is None:
                         return self.fail(job, shape, placeable=False)
+                    why = self.blocked[shape] = behind
                 return "Priority" if self.reserved and why != "ReqNodeNotAvail" else why
             placement = place(st, job, self.reserved)
             if placement is None:
@@ -118,12 +132,7 @@ class Pass:
         st = self.st
         res = job.manifest.resources
         lo = job.manifest.node_range[0]
-        key = (res, lo)
-        if key not in self.capable:
-            self.capable[key] = sum(
-                1 for w in st.workers.values() if w.alive and w.could_ever_fit(res)
-            )
-        if self.capable[key] < lo:
+        if st.capable_count(res) < lo:
             return "ReqNodeNotAvail"  # the workers that could run it are down or absent
         if placeable and self.reserved and place(st, job, {}) is not None:
             return "Priority"  # it would fit, but on resources promised to a job ahead of it
@@ -134,12 +143,15 @@ class Pass:
         st = self.st
         res = job.manifest.resources
         lo = job.manifest.node_range[0]
+        if (res, lo) in self.unreservable:
+            return False
         times = sorted(
             (self.available_at(w, res), w.worker_id)
             for w in st.workers.values()
             if w.alive and w.worker_id not in self.reserved and w.could_ever_fit(res)
         )
         if len(times) < lo:
+            self.unreservable.add((res, lo))  # only more reservations can follow
             return False
         chosen = times[:lo]
         at = chosen[-1][0]  # a gang starts when its last node is free

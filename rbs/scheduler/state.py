@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
-from rbs.model import JobManifest, JobState
+from rbs.model import JobManifest, JobState, Resources
 from rbs.scheduler.arrays import TaskPool
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.events import RunRef
@@ -269,10 +269,23 @@ class SchedState:
         self.draining: dict[RunKey, Run] = {}
         self.need_pass = True
         self.pass_no = 0
+        self.pass_starts = 0  # runs started, ever: lets a pass see that capacity changed
+        # How many live workers could ever hold a request; valid until a worker comes or goes.
+        self._capable: dict[Resources, int] = {}
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_runs: dict[RunKey, Run] = {}
         self.dirty_workers: dict[str, WorkerState] = {}
         self.actions: list[Accepted | Rejected | Start | Kill] = []
+
+    def workers_changed(self) -> None:
+        self._capable.clear()
+
+    def capable_count(self, res: Resources) -> int:
+        n = self._capable.get(res)
+        if n is None:
+            n = sum(1 for w in self.workers.values() if w.alive and w.could_ever_fit(res))
+            self._capable[res] = n
+        return n
 
     # ---- outbox
 
