@@ -211,8 +211,8 @@ class Scheduler:
             return
         if target.index is None:
             job.pool.cancel_all()
-        elif job.pool.cancel_index(target.index):
-            pass
+        else:
+            job.pool.cancel_index(target.index)  # False when it runs or ended: handled below
         for run in self._runs_of(target):
             lc.stop_run(st, run, KillReason.CANCEL)
         lc.sync_ready(st, job)
