@@ -111,9 +111,11 @@ def test_server_killed_and_restarted_loses_and_repeats_nothing(tmp_path: Path) -
         worker = cluster.workers[0][0]
         assert worker.jobs is not None
         host = worker.jobs
-        wait_for(
-            "both runs to end", lambda: host.slots_used() == 0 and len(host.held_leases()) == 2
-        )
+
+        async def ended_and_held() -> bool:  # read on the worker's own loop
+            return host.slots_used() == 0 and len(host.held_leases()) == 2
+
+        wait_for("both runs to end", lambda: cluster.call(ended_and_held()))
         server = spawn_rbs(serve, log)
         wait_ready(server, tmp_path / "server.ready", log)
         client = cluster.client()
