@@ -11,7 +11,7 @@ from collections.abc import Callable
 from rbs.model import JobManifest, Resources
 from rbs.scheduler.config import QueueConfig, SchedulerConfig
 from rbs.scheduler.core import Scheduler
-from rbs.scheduler.events import WorkerUp
+from rbs.scheduler.events import Submit, TaskExited, WorkerUp
 from rbs.scheduler.instructions import Start
 from rbs.scheduler.sim import Outcome, SimStats, Simulator
 from rbs.scheduler.specs import parse_array, parse_dependencies
@@ -91,6 +91,41 @@ def mixed_jobs(jobs: int) -> tuple[SimStats, Scheduler]:
     return sim.run(), sched
 
 
+def latencies(pending: int) -> None:
+    """Per-event cost with a deep queue: a submission into a full cluster, an exit that starts the next job."""
+    sched = Scheduler(SchedulerConfig(heartbeat_timeout=1e9))
+    for i in range(50):
+        sched.handle(
+            WorkerUp(
+                worker_id=f"w{i:02d}",
+                hostname=f"node{i:02d}",
+                cpu_millis=32_000,
+                memory_bytes=128 * GIB,
+                job_slots=16,
+            ),
+            0.0,
+        )
+    m = JobManifest(name="x", command=("x",), resources=Resources(cpu_millis=1000), time_limit=3600)
+    running: list[Start] = []
+    for _ in range(pending + 800):
+        running += [i for i in sched.handle(Submit(manifest=m), 1.0) if isinstance(i, Start)]
+    submit = []
+    for _ in range(1000):
+        t0 = time.perf_counter()
+        sched.handle(Submit(manifest=m), 2.0)
+        submit.append(time.perf_counter() - t0)
+    exits = []
+    for start in running[:800]:
+        t0 = time.perf_counter()
+        out = sched.handle(TaskExited(run=start.run, worker_id=start.worker_id, exit_code=0), 3.0)
+        exits.append(time.perf_counter() - t0)
+        assert any(isinstance(i, Start) for i in out)
+    print(
+        f"{pending} pending on 50 full workers: submit median {statistics.median(submit) * 1e3:.2f} ms, "
+        f"exit-to-next-start median {statistics.median(exits) * 1e3:.2f} ms"
+    )
+
+
 def _measure(name: str, fn: Callable[[], tuple[SimStats, Scheduler]], repeat: int) -> None:
     rates, walls = [], []
     stats = None
@@ -122,6 +157,7 @@ def main() -> None:
         args.repeat,
     )
     _measure(f"{args.jobs} mixed jobs, 50 workers", lambda: mixed_jobs(args.jobs), args.repeat)
+    latencies(args.jobs)
 
 
 if __name__ == "__main__":
