@@ -131,7 +131,7 @@ class DiskBatch(Batch):
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(fileio.FSYNC_THREADS)
             pool = self._pool
-        return list(pool.map(fn, items))
+        return fileio.map_in_slices(pool, fn, items, fileio.FSYNC_THREADS)
 
     def _sync(self, pending: list[_Pending]) -> None:
         if self._syncfs:

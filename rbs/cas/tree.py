@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.cas.errors import BlobNotFound, InvalidTree
+from rbs.cas.fileio import map_in_slices
 from rbs.cas.store import Batch, BlobStore
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
@@ -221,7 +222,7 @@ def tree_from_path(
         # GIL: a few threads keep both the CPU and the file system busy.
         if len(found) >= _PARALLEL_FROM:
             with ThreadPoolExecutor(_THREADS, thread_name_prefix="rbs-tree") as pool:
-                leaves = list(pool.map(leaf, found, chunksize=64))
+                leaves = map_in_slices(pool, leaf, found, _THREADS)
         else:
             leaves = [leaf(item) for item in found]
         entries = {rel: e for (rel, _), e in zip(found, leaves, strict=True)}

@@ -273,3 +273,27 @@ def test_materialize_hardlinks_from_disk(tmp_path: Path) -> None:
     assert not os.path.samefile(tmp_path / "copied" / "f", blob)
     shutil.rmtree(tmp_path / "linked")
     assert store.get(Digest.of(data)) == data
+
+
+def test_many_files_take_the_parallel_path(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for i in range(300):
+        p = src / f"d{i % 7}" / f"f{i}"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"%d" % (i % 150))  # duplicates share a blob
+    store = DiskStore(tmp_path / "store")
+    root = tree_from_path(store, src)
+    materialize(store, root, tmp_path / "dst")
+    assert snapshot(tmp_path / "dst") == snapshot(src)
+    assert store.stat().blobs == 150 + 8, "150 file blobs, 7 + 1 Directory messages"
+
+
+def test_map_in_slices_keeps_order() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rbs.cas.fileio import map_in_slices
+
+    with ThreadPoolExecutor(3) as pool:
+        assert map_in_slices(pool, lambda x: x * 2, list(range(101)), 4) == [
+            x * 2 for x in range(101)
+        ]
