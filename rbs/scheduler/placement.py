@@ -186,18 +186,27 @@ def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerSt
     res = job.manifest.resources
     lo, hi = job.manifest.node_range
     limit_end = st.now + job.time_limit if job.time_limit is not None else INF
+    cpu, mem, gpus = res.cpu_millis, res.memory_bytes, res.gpus
     fits: list[WorkerState] = []
+    # The hot loop of every pass: the checks of WorkerState.fits, inlined.
     for w in st.workers.values():
-        if not w.alive or w.free_slots < 1 or not w.fits(res):
+        if (
+            w.free_slots < 1
+            or w.free_cpu < cpu
+            or w.free_mem < mem
+            or len(w.free_gpus) < gpus
+            or not w.alive
+        ):
             continue
-        until = reserved.get(w.worker_id)
-        if until is not None and limit_end > until:
-            continue
+        if reserved:
+            until = reserved.get(w.worker_id)
+            if until is not None and limit_end > until:
+                continue
         fits.append(w)
     if len(fits) < lo:
         return None
     if hi == 1:
-        return [min(fits, key=lambda w: w.leftover(res))]
+        return [fits[0] if len(fits) == 1 else min(fits, key=lambda w: w.leftover(res))]
     fits.sort(key=lambda w: w.leftover(res))
     # Rank 0 hosts the rendezvous, so it needs a free master port on its worker.
     head = next((w for w in fits if w.fits(res, port=True)), None)
