@@ -257,7 +257,12 @@ def walk_tree(store: BlobStore, root: Digest) -> Iterator[tuple[str, TreeEntry |
                 TreeEntry(digest=digest_of(f.digest, root.function), executable=f.is_executable),
             )
         for s in msg.symlinks:
-            yield prefix + check_name(s.name, prefix or "/"), TreeEntry(symlink=s.target)
+            rel = prefix + check_name(s.name, prefix or "/")
+            if not s.target or "\0" in s.target:
+                raise InvalidTree(
+                    f"symlink {rel!r} of {digest} has an empty target or one holding NUL"
+                )
+            yield rel, TreeEntry(symlink=s.target)
         for d in msg.directories:
             rel = prefix + check_name(d.name, prefix or "/")
             yield rel, None

@@ -297,3 +297,12 @@ def test_map_in_slices_keeps_order() -> None:
         assert map_in_slices(pool, lambda x: x * 2, list(range(101)), 4) == [
             x * 2 for x in range(101)
         ]
+
+
+@pytest.mark.parametrize("target", ["", "a\0b"])
+def test_unusable_symlink_targets_are_refused(tmp_path: Path, target: str) -> None:
+    store = MemoryStore()
+    root = _hostile(store, symlinks=[re_pb2.SymlinkNode(name="l", target=target)])
+    with pytest.raises(InvalidTree, match="empty target or one holding NUL"):
+        materialize(store, root, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists()
