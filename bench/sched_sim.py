@@ -127,19 +127,21 @@ def latencies(pending: int) -> None:
 
 
 def _measure(name: str, fn: Callable[[], tuple[SimStats, Scheduler]], repeat: int) -> None:
-    rates, walls = [], []
+    rates, walls, cpus = [], [], []
     stats = None
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         stats, sched = fn()
         wall = time.perf_counter() - t0
         walls.append(wall)
+        cpus.append(time.process_time() - c0)
         rates.append(stats.events / wall)
         assert not sched.has_unfinished_jobs(), "simulation ended with unfinished jobs"
     assert stats is not None
     print(
         f"{name}: {stats.events} events, {stats.starts} starts, {stats.batches} batches, "
-        f"{stats.sim_time:.0f} simulated s; median {statistics.median(walls):.2f} s wall, "
+        f"{stats.sim_time:.0f} simulated s; median {statistics.median(walls):.2f} s wall "
+        f"({statistics.median(cpus):.2f} s cpu), "
         f"{statistics.median(rates):,.0f} events/s, "
         f"{stats.starts / statistics.median(walls):,.0f} starts/s"
     )
