@@ -178,12 +178,14 @@ class DiskStore(BlobStore):
         *,
         synced: bool = False,
         st: os.stat_result | None = None,
+        final: str | None = None,
     ) -> None:
         """Make a fully written temp file the blob `digest`: fsync, close, rename (`fd`
         None: already closed, and `synced` says it is durable).
 
-        On any error the temp file is removed, so nothing partial is left behind."""
-        final = self._path(digest)
+        On any error the temp file is removed, so nothing partial is left behind.
+        `final` overrides the destination (an executable twin)."""
+        final = final or self._path(digest)
         try:
             if fd is not None:
                 try:
@@ -410,15 +412,15 @@ class DiskStore(BlobStore):
             os.fchmod(fd, 0o555)
             if self.durable:
                 os.fsync(fd)
-        except BaseException:
+            st = os.fstat(fd)
+        except BaseException as e:
             os.close(fd)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(e, OSError):
+                raise self.os_error(e) from e
             raise
-        os.close(fd)
-        self._ensure_parent(twin)
-        os.rename(tmp, twin)
-        self._remember_verified(twin, os.stat(twin))
+        self.install(fd, tmp, digest, synced=True, st=st, final=twin)
 
     # Removal and eviction.
 
