@@ -43,7 +43,7 @@ from rbs.scheduler.invariants import check_invariants
 from rbs.scheduler.placement import schedule
 from rbs.scheduler.specs import format_duration
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
-from rbs.scheduler.views import JobView, QueueView, job_view, queue_views
+from rbs.scheduler.views import JobView, QueueView, TaskView, job_view, queue_views, task_view
 from rbs.scheduler.workers import WorkerState
 
 log = logging.getLogger(__name__)
@@ -406,6 +406,15 @@ class Scheduler:
         if job is None:
             raise SchedulerError(f"unknown job id {job_id}")
         return job_view(self._st, job)
+
+    def task(self, job_id: int, index: int) -> TaskView:
+        """One array task's live state (None once finished: see the journal)."""
+        job = self._st.jobs.get(job_id)
+        if job is None:
+            raise SchedulerError(f"unknown job id {job_id}")
+        if job.manifest.array is None or not job.pool.contains(index):
+            raise SchedulerError(f"job {job_id} has no array task {index}")
+        return task_view(self._st, job, index)
 
     def job_ids(self) -> list[int]:
         return sorted(self._st.jobs)

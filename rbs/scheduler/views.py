@@ -50,6 +50,22 @@ class JobView:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TaskView:
+    """Where one array task (`ID_INDEX`) stands in the live state.
+
+    `state` is None once the task finished: its outcome is in the journal's task rows
+    (`Store.task_history`), since the scheduler keeps only counts of finished tasks.
+    """
+
+    job_id: int
+    index: int
+    state: JobState | None
+    reason: str | None
+    attempt: int  # the running attempt, or the one it will start as
+    run: TaskRecord | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueView:
     """A queue's settings and occupancy, as `rbs job queues` prints them."""
 
@@ -137,3 +153,27 @@ def queue_views(st: SchedState) -> list[QueueView]:
         )
         for q in st.config.queues
     ]
+
+
+def task_view(st: SchedState, job: Job, index: int) -> TaskView:
+    run = job.runs.get(index)
+    if run is not None:
+        return TaskView(
+            job_id=job.id,
+            index=index,
+            state=JobState.RUNNING,
+            reason=None,
+            attempt=run.attempt,
+            run=run.record(),
+        )
+    retry = next((e for e in job.pool.retry if e[0] == index), None)
+    if retry is not None or job.pool.is_fresh(index):
+        return TaskView(
+            job_id=job.id,
+            index=index,
+            state=JobState.PENDING,
+            reason=pending_reason(st, job),
+            attempt=retry[1] if retry is not None else 1,
+            run=None,
+        )
+    return TaskView(job_id=job.id, index=index, state=None, reason=None, attempt=0, run=None)

@@ -107,3 +107,24 @@ def test_a_100k_array_costs_only_what_runs() -> None:
     h.cancel("1")
     view = h.sched.job(1)
     assert view.array is not None and dict(view.array.finished)["CANCELLED"] == 99_997
+
+
+def test_task_view_addresses_one_task() -> None:
+    h = Harness()
+    h.up("w", slots=1)
+    jid = h.submit(array=parse_array("0-3"), max_retries=1)
+    assert h.sched.task(jid, 0).state is JobState.RUNNING
+    pending = h.sched.task(jid, 2)
+    assert pending.state is JobState.PENDING and pending.attempt == 1
+    h.exit(jid, index=0, code=1)  # retried, and retries go before fresh tasks
+    again = h.sched.task(jid, 0)
+    assert again.state is JobState.RUNNING and again.attempt == 2 and again.run is not None
+    h.exit(jid, index=0, attempt=2)
+    assert h.sched.task(jid, 0).state is None  # finished: the journal has the details
+    assert h.sched.task(jid, 1).state is JobState.RUNNING
+    import pytest
+
+    from rbs.scheduler.state import SchedulerError
+
+    with pytest.raises(SchedulerError, match="no array task 9"):
+        h.sched.task(jid, 9)
