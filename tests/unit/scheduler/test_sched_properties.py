@@ -2,6 +2,7 @@
 
 The scheduler runs in validate mode, so every step also checks: %N throttles, no GPU
 card assigned twice, no over-commit, every RUNNING job has a worker, legal state moves.
+Every step is journaled, and a `restart` rule rebuilds the scheduler from the journal.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rbs.scheduler.events import (
 )
 from rbs.scheduler.instructions import Accepted, Instruction, Kill, Start
 from rbs.scheduler.sim import Outcome, Simulator
+from rbs.scheduler.store import Store
 
 WORKERS = ("w0", "w1", "w2", "w3")
 CONFIG = SchedulerConfig(
@@ -84,6 +86,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.sched = Scheduler(CONFIG, validate=True)
+        self.store = Store(":memory:")
         self.now = 0.0
         self.jobs: list[int] = []
         self.up: set[str] = set()
@@ -92,6 +95,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def send(self, *events: Event) -> list[Instruction]:
         out = self.sched.handle_many(events, self.now)
+        self.store.apply(out, self.now)
         for ins in out:
             if isinstance(ins, Start):
                 key = (ins.run.job_id, ins.run.index, ins.run.attempt, ins.run.rank)
@@ -165,6 +169,13 @@ class SchedulerMachine(RuleBasedStateMachine):
     def tick(self, dt: float) -> None:
         self.now += dt
         self.send(*(Heartbeat(worker_id=w) for w in sorted(self.up)), Tick())
+
+    @rule()
+    def restart(self) -> None:
+        """The server restarts from its journal: the rebuilt scheduler is the same."""
+        before = self.sched.snapshot()
+        self.sched = self.store.restore(CONFIG, self.now, validate=True)
+        assert self.sched.snapshot() == before
 
     @invariant()
     def killed_runs_are_not_restarted_and_tasks_run_once(self) -> None:
