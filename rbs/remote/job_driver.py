@@ -211,6 +211,9 @@ class JobDriver:
                 fut = futures.pop(ins.event_id, None)
                 if fut is not None and not fut.done():
                     fut.set_exception(JobRequestError(ins.message))
+                elif fut is None:
+                    # A worker's registration or report nobody waits on: say it in the log.
+                    log.warning("scheduler refused event %s: %s", ins.event_id, ins.message)
             elif isinstance(ins, Start):
                 self._send_start(ins)
             elif isinstance(ins, Kill):
