@@ -189,7 +189,7 @@ def job_spec(
 def _check_layout(binary: str, data_paths: Sequence[str]) -> None:
     runfiles = f"{binary}.runfiles"
     for p in data_paths:
-        if p == binary or p == runfiles or p.startswith(runfiles + "/"):
+        if p in (binary, runfiles) or p.startswith(runfiles + "/"):
             raise _bad(
                 "data",
                 p,
