@@ -7,7 +7,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from rbs.jobs.client import JobError, JobInfo, JobsClient
@@ -19,7 +18,8 @@ def _client(args: argparse.Namespace) -> JobsClient:
     token = None
     if getattr(args, "token_file", None):
         try:
-            token = Path(args.token_file).read_text().strip()
+            with open(args.token_file) as f:
+                token = f.read().strip()
         except OSError as e:
             raise JobError(f"--token-file {args.token_file!r}: {e.strerror}") from None
     return JobsClient(args.server, token=token)
@@ -42,6 +42,8 @@ def _env_items(items: Sequence[str]) -> list[str]:
 
 
 def _script_command(path: str, inputs: list[str]) -> list[str]:
+    from pathlib import Path
+
     p = Path(path)
     if not p.is_file():
         raise JobError(f"--script {path!r}: no such file")
@@ -77,7 +79,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         from rbs.scheduler.manifest import manifest_from_json
 
         try:
-            manifest = manifest_from_json(Path(args.manifest).read_bytes())
+            with open(args.manifest, "rb") as f:
+                manifest = manifest_from_json(f.read())
         except OSError as e:
             raise JobError(f"--manifest {args.manifest!r}: {e.strerror}") from None
         provenance = {"*": f"manifest {args.manifest}"}
@@ -120,6 +123,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
             if args.queue is None:
                 check_queue(client, manifest, provenance or {})
+            from pathlib import Path
+
             source = Path(args.manifest) if args.manifest else None
             stage_manifest_inputs(client, manifest, source=source)
         job_id = client.submit(

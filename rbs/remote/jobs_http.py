@@ -32,10 +32,10 @@ from aiohttp import web
 
 from rbs.cas.errors import BlobNotFound, CasError, DigestMismatch
 from rbs.cas.store import BlobStore
-from rbs.model import Digest, DigestFunction, JobState
+from rbs.model import Digest, DigestFunction, JobManifest, JobState
 from rbs.remote.job_driver import JobDriver, JobRequestError
 from rbs.scheduler.events import TaskRef
-from rbs.scheduler.manifest import manifest_from_dict, manifest_to_dict
+from rbs.scheduler.manifest import apply_flags, manifest_from_dict, manifest_to_dict
 from rbs.scheduler.specs import SpecError, format_cpu, format_duration, format_memory
 from rbs.scheduler.views import JobView
 
@@ -190,12 +190,18 @@ class JobsApi:
 
     async def submit(self, request: web.Request) -> web.Response:
         body = await self._json(request)
-        if not isinstance(body, dict) or "manifest" not in body:
-            raise JobRequestError('want {"manifest": {...}, "provenance": {...}}')
-        manifest = manifest_from_dict(body["manifest"])
-        prov = body.get("provenance") or {}
-        if not isinstance(prov, dict):
-            raise JobRequestError("provenance must be an object of field -> source")
+        if not isinstance(body, dict) or not ("manifest" in body or "flags" in body):
+            raise JobRequestError(
+                'want {"manifest": {...}, "provenance": {...}} or '
+                '{"command": [...], "flags": {"--time": "1h", ...}, "input_root": null}'
+            )
+        if "manifest" in body:
+            manifest = manifest_from_dict(body["manifest"])
+            prov = body.get("provenance") or {}
+            if not isinstance(prov, dict):
+                raise JobRequestError("provenance must be an object of field -> source")
+        else:
+            manifest, prov = self._from_flags(body)
         if manifest.input_root is not None:
             missing = self.store.find_missing([manifest.input_root])
             if missing:
@@ -206,6 +212,18 @@ class JobsApi:
                 )
         job_id = await self.driver.submit(manifest, {str(k): str(v) for k, v in prov.items()})
         return web.json_response({"job_id": str(job_id)})
+
+    @staticmethod
+    def _from_flags(body: dict[str, Any]) -> tuple[JobManifest, dict[str, str]]:
+        """`rbs job submit` flags as the user typed them, layered into a manifest here, so
+        the CLI imports none of this (start-up time); errors name the flag."""
+        command, flags, root = body.get("command"), body.get("flags"), body.get("input_root")
+        if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
+            raise JobRequestError("command must be a list of strings")
+        if not isinstance(flags, dict):
+            raise JobRequestError("flags must be an object of flag -> value")
+        input_root = Digest.parse(root) if isinstance(root, str) else None
+        return apply_flags(None, None, flags, command=command or None, input_root=input_root)
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         q = request.query
