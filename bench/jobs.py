@@ -11,7 +11,7 @@ processes, as in a deployment; the client is the Python API in this process, or 
     submit-to-start latency on an idle cluster                <= 20 ms
     chain of 20 `--deps afterok` jobs, first submit to last   <= 0.4 s
 
-    .venv/bin/python bench/jobs.py [--job-slots 8] [--runs 3] [--no-fsync]
+    .venv/bin/python bench/jobs.py [--job-slots 8] [--runs 3] [--durable]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _ready(proc: subprocess.Popen[bytes], path: Path, log: Path) -> dict[str, in
 
 
 def start(
-    tmp: Path, job_slots: int, durable: bool = True
+    tmp: Path, job_slots: int, durable: bool = False
 ) -> tuple[list[subprocess.Popen[bytes]], str]:
     config = tmp / "server.toml"
     config.write_text(f"[jobs]\ndurable = {'true' if durable else 'false'}\n")
@@ -185,14 +185,14 @@ def main() -> None:
     ap.add_argument("--cli-calls", type=int, default=500)
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     ap.add_argument(
-        "--no-fsync",
+        "--durable",
         action="store_true",
-        help="serve with [jobs] durable = false (journal safe against a server crash only)",
+        help="serve with [jobs] durable = true (an fsync per journal commit)",
     )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rbs-bench-jobs-"))
-    procs, address = start(tmp, args.job_slots, durable=not args.no_fsync)
-    journal = "durable = false" if args.no_fsync else "durable = true (fsync per commit)"
+    procs, address = start(tmp, args.job_slots, durable=args.durable)
+    journal = "durable = true (fsync per commit)" if args.durable else "durable = false"
     print(
         f"one local worker, {args.job_slots} job slots, {os.cpu_count()} cores, "
         f"load {os.getloadavg()[0]:.1f}; [jobs] {journal}"
