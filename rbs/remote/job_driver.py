@@ -3,11 +3,12 @@
 One asyncio task owns the `Scheduler`. Everything that happens (a submission, a
 cancel, a worker connecting or lost, a job starting or ending, the clock) becomes an
 event on its queue. The task drains the queue in batches, calls `handle_many`, writes
-every Save* instruction to SQLite in one transaction (group commit: one fsync covers a
-whole burst of submissions), and only then answers clients and sends job leases and
-kills down the worker streams. Nothing is acknowledged before it is durable, so a
-killed server loses no acknowledged job, and because a run is journaled before its
-lease is sent, none is started twice.
+every Save* instruction to SQLite in one transaction, and only then answers clients
+and sends job leases and kills down the worker streams. Nothing is acknowledged
+before it is committed to the journal (WAL; with `[jobs] durable = true` each commit
+also waits for an fsync, one for a whole burst of submissions), so a killed server
+loses no acknowledged job, and because a run is journaled before its lease is sent,
+none is started twice.
 """
 
 from __future__ import annotations
