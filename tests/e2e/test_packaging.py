@@ -1,0 +1,45 @@
+"""The wheel ships every package and the rule library, so an installed rbs works alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(300)
+def test_wheel_holds_every_package_and_the_rules(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert r.returncode == 0, r.stderr
+    (wheel,) = tmp_path.glob("rbs-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    # Every Python package in the tree is listed in pyproject.toml (they are explicit).
+    for init in ROOT.joinpath("rbs").rglob("__init__.py"):
+        rel = init.relative_to(ROOT).as_posix()
+        assert rel in names, f"{rel} is missing from the wheel: list its package in pyproject.toml"
+    # The rule library resolves as @rbs//... from an installed copy.
+    for rbs_file in ROOT.joinpath("rules").rglob("*.rbs"):
+        rel = "rbs/rules/" + rbs_file.relative_to(ROOT / "rules").as_posix()
+        assert rel in names, f"{rel} is missing from the wheel"
+    assert any(n.endswith(".dist-info/entry_points.txt") for n in names)
