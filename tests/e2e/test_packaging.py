@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -12,8 +13,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _copy_project(dest: Path) -> None:
+    """The project's files (tracked and untracked-not-ignored), without build leftovers:
+    a build/ folder in the work tree would let a stale copy of an unlisted package slip
+    into the wheel and hide the omission."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        rel = name.decode()
+        if (ROOT / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dest / rel)
+
+
 @pytest.mark.timeout(300)
 def test_wheel_holds_every_package_and_the_rules(tmp_path: Path) -> None:
+    src, out = tmp_path / "src", tmp_path / "wheel"
+    _copy_project(src)
     r = subprocess.run(
         [
             sys.executable,
@@ -24,15 +45,15 @@ def test_wheel_holds_every_package_and_the_rules(tmp_path: Path) -> None:
             "--no-deps",
             "--no-build-isolation",
             "-w",
-            str(tmp_path),
-            str(ROOT),
+            str(out),
+            str(src),
         ],
         capture_output=True,
         text=True,
         timeout=280,
     )
     assert r.returncode == 0, r.stderr
-    (wheel,) = tmp_path.glob("rbs-*.whl")
+    (wheel,) = out.glob("rbs-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     # Every Python package in the tree is listed in pyproject.toml (they are explicit).
     for init in ROOT.joinpath("rbs").rglob("__init__.py"):
