@@ -380,7 +380,13 @@ class JobRunner:
         # A real cgroup holds every process of the job, also those that left its group.
         tracked = not isinstance(cgroup, NullCgroup)
         leftovers = len(cgroup.pids()) if tracked else len(procs.group_members(pgid))
-        _kill_all(cgroup, pgid, signal.SIGKILL)
+        if leftovers or not tracked:
+            _kill_all(cgroup, pgid, signal.SIGKILL)
+        else:
+            # An empty cgroup gains no process (only members fork into it): the process
+            # group is all that could be left, should a job have moved itself out.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
         if leftovers:
             self._sys(f"killed {leftovers} process(es) left running when the main process ended")
         if not pump.drain(DRAIN_S):
