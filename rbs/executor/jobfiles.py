@@ -205,5 +205,13 @@ def remove(path: Path) -> None:
         except OSError:
             pass
 
+    # Most runs leave an empty folder, or none: one rmdir beats rmtree's walk.
+    try:
+        os.rmdir(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass  # not empty, not a folder, or not writable: the general way below
     if path.exists():
         shutil.rmtree(path, onerror=writable)
