@@ -79,6 +79,10 @@ class JobRunner:
         # The wake-up pipe exists only while run() does; kill() before that just records.
         self._wake_r = self._wake_w = -1
         self._ran = False
+        # Sys lines held back to go out as one batch (one spool write, one sink call):
+        # a short job's lines before its start and after its end would each cost a
+        # write and a wake-up of the worker's loop otherwise. Runner thread only.
+        self._held: list[tuple[Stream, str, bool]] | None = None
 
     # ---- control, from any thread -------------------------------------------------
 
@@ -143,7 +147,16 @@ class JobRunner:
         return lines
 
     def _sys(self, text: str) -> None:
-        self._emit([(Stream.SYS, text, True)])
+        if self._held is not None:
+            self._held.append((Stream.SYS, text, True))
+        else:
+            self._emit([(Stream.SYS, text, True)])
+
+    def _release(self) -> None:
+        """Emit the held sys lines; later ones go out as they come."""
+        held, self._held = self._held, None
+        if held:
+            self._emit(held)
 
     # ---- the run -----------------------------------------------------------------
 
@@ -154,10 +167,12 @@ class JobRunner:
         self._ran = True
         with self._lock:
             self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._held = []  # until the job has started (or failed to)
         try:
             self.outcome = self._run()
             return self.outcome
         finally:
+            self._release()
             self.finished.set()
             with self._lock:
                 os.close(self._wake_r)
@@ -260,6 +275,7 @@ class JobRunner:
         start = time.monotonic()
         self.pid = pid = proc.pid
         self._sys(f"started pid {pid} (process group {pid})")
+        self._release()  # before the job's first output line
         assert proc.stdout is not None and proc.stderr is not None
         pump = OutputPump(self._emit, spec.max_line_chars)
         pump.add_pipe(proc.stdout.fileno(), Stream.OUT)
@@ -277,6 +293,7 @@ class JobRunner:
         code = proc.returncode = os.waitstatus_to_exitcode(status)
         self._end_leftovers(cgroup, pid, pump)
         _close_pipes(proc)
+        self._held = []  # the pipes are read to the end: the last lines go out together
         usage = cgroup.usage()
         peak, cpu = usage.peak_memory_bytes, usage.cpu_time_s
         if peak is None:
