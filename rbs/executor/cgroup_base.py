@@ -179,11 +179,16 @@ def check_scope(scope: str) -> str:
 def make_group(fs: CgroupFs, path: Path, parents: int = 0) -> None:
     """Create `path`, and first its missing `parents` nearest ancestors (rbs's base)."""
     try:
-        for ancestor in reversed(path.parents[:parents]):
-            if not fs.exists(ancestor):
-                with contextlib.suppress(FileExistsError):
-                    fs.mkdir(ancestor)
-        fs.mkdir(path)
+        try:
+            fs.mkdir(path)  # the base normally exists: one system call per job group
+        except FileNotFoundError:
+            if not parents:
+                raise
+            for ancestor in reversed(path.parents[:parents]):
+                if not fs.exists(ancestor):
+                    with contextlib.suppress(FileExistsError):
+                        fs.mkdir(ancestor)
+            fs.mkdir(path)
     except OSError as e:
         raise CgroupError(f"cannot create cgroup {path}: {e.strerror or e}", e.errno) from e
 
