@@ -217,7 +217,7 @@ def _print_status(reply: Any) -> None:
     now = reply.now.ToDatetime()
     table = Table(title=f"{len(reply.workers)} worker(s)")
     # Short cells so the table fits 80 columns (pipes, CI logs) without truncation.
-    for col in ("worker", "name", "state", "cpus", "mem", "gpus", "build", "jobs", "beat"):
+    for col in ("worker", "name", "state", "cpus", "mem", "gpu ids", "build", "jobs", "beat"):
         table.add_column(col, no_wrap=True)
     for w in reply.workers:
         age = (now - w.last_heartbeat.ToDatetime()).total_seconds()
