@@ -9,9 +9,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from exec_actions import make_action
 from exec_harness import Cluster
 from google.rpc import code_pb2, status_pb2
+from reapi_actions import make_action
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc

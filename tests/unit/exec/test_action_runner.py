@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from exec_unit_actions import make_action
 from google.rpc import code_pb2
+from reapi_actions import make_action
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.cas.memory import MemoryStore
