@@ -174,10 +174,20 @@ async def _run_worker(config: Any, ready_file: Path | None) -> None:
 
 
 @click.command()
-@_server_option
+@click.option(
+    "--server",
+    envvar=REMOTE_ENV,
+    help=f"The server's HOST:PORT; also ${REMOTE_ENV} [default: the local cluster under "
+    f"$RBS_HOME when it runs, else {DEFAULT_SERVER}].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-def status(server: str, as_json: bool) -> None:
+def status(server: str | None, as_json: bool) -> None:
     """Show workers (resources, slots, last heartbeat), queue depth, running actions, jobs."""
+    if not server:
+        from rbs.jobs.local import running_local
+
+        local = running_local()
+        server = local.address if local is not None else DEFAULT_SERVER
     import grpc
 
     from rbs._proto.rbs.v1 import workers_pb2 as w_pb2

@@ -67,6 +67,11 @@ def _load(root: Path) -> LocalCluster | None:
     return None
 
 
+def running_local(home: Path | None = None) -> LocalCluster | None:
+    """The local cluster under $RBS_HOME if it is running; never starts one."""
+    return _load(local_root(home))
+
+
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)

@@ -123,3 +123,13 @@ def test_bad_flag_values_exit_2_naming_the_flag(home: Path, flag: str, value: st
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert flag in r.stderr or flag.lstrip("-") in r.stderr, r.stderr
     assert r.stdout == ""
+
+
+def test_remote_status_finds_the_local_cluster(home: Path) -> None:
+    r = rbs(home, "job", "submit", "--wait", "--", "true")
+    assert r.returncode == 0, r.stderr
+    r = rbs(home, "remote", "status", "--json")
+    assert r.returncode == 0, r.stderr
+    status = json.loads(r.stdout)
+    assert len(status["workers"]) == 1
+    assert int(status["jobs_by_state"]["COMPLETED"]) >= 1
