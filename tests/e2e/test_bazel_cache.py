@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from bazel_runner import BAZEL, BazelRunner
 
-BAZEL = shutil.which("bazel")
 pytestmark = [
     pytest.mark.bazel,
     pytest.mark.skipif(
@@ -84,25 +82,8 @@ def _workspace(root: Path) -> Path:
     return ws
 
 
-class Bazel:
-    """Runs bazel in one workspace with its own output root; always shut down after."""
-
-    def __init__(self, ws: Path, root: Path) -> None:
-        self.ws = ws
-        self.startup = [f"--output_user_root={root / 'bazel-root'}", "--max_idle_secs=120"]
-        self.env = {**os.environ, "HOME": str(root / "home")}
-        (root / "home").mkdir(exist_ok=True)
-
-    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-        assert BAZEL is not None
-        return subprocess.run(
-            [BAZEL, *self.startup, *args],
-            cwd=self.ws,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+class Bazel(BazelRunner):
+    """Bazel against the rbs server under test."""
 
     def build(self, port: int, *flags: str) -> subprocess.CompletedProcess[str]:
         return self.run(
@@ -114,9 +95,6 @@ class Bazel:
             *flags,
             "//...",
         )
-
-    def shutdown(self) -> None:
-        self.run("shutdown", timeout=60)
 
 
 @pytest.fixture

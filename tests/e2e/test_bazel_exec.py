@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bazel_runner import BAZEL, BazelRunner
 from exec_cluster import Cluster
 
-BAZEL = shutil.which("bazel")
 pytestmark = [
     pytest.mark.bazel,
     pytest.mark.skipif(
@@ -59,25 +57,8 @@ def _workspace(root: Path) -> Path:
     return ws
 
 
-class Bazel:
-    """Runs bazel in one workspace with its own output root; always shut down after."""
-
-    def __init__(self, ws: Path, root: Path) -> None:
-        self.ws = ws
-        self.startup = [f"--output_user_root={root / 'bazel-root'}", "--max_idle_secs=120"]
-        self.env = {**os.environ, "HOME": str(root / "home")}
-        (root / "home").mkdir(exist_ok=True)
-
-    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-        assert BAZEL is not None
-        return subprocess.run(
-            [BAZEL, *self.startup, *args],
-            cwd=self.ws,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+class Bazel(BazelRunner):
+    """Bazel against the rbs server under test."""
 
     def build(
         self, port: int, *flags: str, target: str = "//:all"
@@ -91,9 +72,6 @@ class Bazel:
             *flags,
             target,
         )
-
-    def shutdown(self) -> None:
-        self.run("shutdown", timeout=60)
 
 
 @pytest.fixture
