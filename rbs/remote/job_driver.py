@@ -384,6 +384,10 @@ class JobDriver:
         except SchedulerError as e:
             raise JobRequestError(str(e), "NOT_FOUND") from None
 
+    def states(self) -> list[tuple[int, JobState]]:
+        """Every job's id and current state, in id order."""
+        return sorted(self._states.items())
+
     def state_of(self, job_id: int) -> JobState:
         state = self._states.get(job_id)
         if state is None:

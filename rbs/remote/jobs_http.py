@@ -236,7 +236,7 @@ class JobsApi:
         history = q.get("history") in ("1", "true")
         queue = q.get("queue")
         out = []
-        for jid, state in sorted(self.driver._states.items()):
+        for jid, state in self.driver.states():
             if states and state.value not in states:
                 continue
             if not states and not history and state.terminal:
