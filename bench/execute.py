@@ -25,7 +25,7 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as r
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from rbs.cas.tree import build_tree
 from rbs.model import Digest, DigestFunction
-from rbs.remote.client import RemoteStore, connect
+from rbs.wire.reapi_client import RemoteStore, connect
 
 RBS = [sys.executable, "-m", "rbs"]
 

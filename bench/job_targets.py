@@ -83,8 +83,8 @@ def start_server(data: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def bench_staging(root: Path, repeat: int) -> None:
-    from rbs.jobs.client import JobsClient
-    from rbs.jobs.targets import build_job_target, stage_manifest_inputs
+    from rbs.client.jobs import JobsClient
+    from rbs.client.targets import build_job_target, stage_manifest_inputs
 
     first: list[float] = []
     again: list[float] = []

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rbs.jobs.client import JobsClient
+from rbs.client.jobs import JobsClient
 
 RBS = [sys.executable, "-m", "rbs"]
 # Small requests, so the worker's job slots, not its cpus or memory, bound concurrency.

@@ -31,8 +31,8 @@ from pathlib import Path
 from rbs._proto.google.bytestream import bytestream_pb2 as bs_pb2
 from rbs._proto.google.bytestream import bytestream_pb2_grpc as bs_grpc
 from rbs.model import Digest, DigestFunction
-from rbs.remote.client import RemoteStore, connect
-from rbs.remote.resource_names import format_read_name, format_write_name
+from rbs.wire.reapi_client import RemoteStore, connect
+from rbs.wire.resource_names import format_read_name, format_write_name
 
 SHA = DigestFunction.SHA256
 

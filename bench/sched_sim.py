@@ -14,7 +14,7 @@ from rbs.scheduler.core import Scheduler
 from rbs.scheduler.events import Submit, TaskExited, WorkerUp
 from rbs.scheduler.instructions import Start
 from rbs.scheduler.sim import Outcome, SimStats, Simulator
-from rbs.scheduler.specs import parse_array, parse_dependencies
+from rbs.wire.specs import parse_array, parse_dependencies
 
 GIB = 1 << 30
 

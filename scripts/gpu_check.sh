@@ -20,7 +20,7 @@ python3 -m venv --system-site-packages /tmp/v >/dev/null
 /tmp/v/bin/pip install -q --no-index --find-links "$WHEELS" grpcio==1.85.3 protobuf==7.36.2 googleapis-common-protos blake3 zstandard click rich aiohttp 2>&1 | tail -2
 PY=/tmp/v/bin/python
 R="$PY -m rbs"
-$PY -c "import rbs.remote.cluster, rbs.executor.worker; print('imports ok')"
+$PY -c "import rbs.server.cluster, rbs.executor.worker; print('imports ok')"
 $R remote serve --port 0 --data-dir /tmp/srv --ready-file /tmp/srv.ready > $OUT/server.log 2>&1 &
 for i in $(seq 200); do [ -f /tmp/srv.ready ] && break; sleep 0.1; done
 PORT=$($PY -c "import json;print(json.load(open('/tmp/srv.ready'))['port'])")

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rbs.build.driver import BuildOptions, BuildResult, run_build
+from rbs.build.engine import out_path
 from rbs.build.errors import BuildError
-from rbs.build.executor import out_path
 from rbs.build.graph import File
 from rbs.build.labels import Label
 from rbs.build.protos import re_pb2  # noqa: F401 (before rbs.cas: no grpc import)

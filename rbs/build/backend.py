@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from rbs.build.executor import Backend, Outcome, OutputRef, out_path
+from rbs.build.engine import Backend, Outcome, OutputRef, out_path
 from rbs.build.graph import BIN_DIR, ActionSpec
 from rbs.build.reapi import FUNCTION, prepare
 from rbs.build.runner import ActionCache, ActionRunner, LocalActionCache, LocalRunner

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rbs.build.executor import (
+from rbs.build.engine import (
     OUT_BIN,
     Backend,
     Executor,

@@ -6,7 +6,7 @@ with the target's BUILD location, and the rule gets back the canonical manifest 
 It returns them in a `JobInfo` provider together with its binary, the binary's
 runfiles and its data. After the build, `write_manifests` lays those files out as the
 job's input tree, stores the tree in the local build store and writes
-`rbs-out/<package>/<name>.job.json` in `rbs.scheduler.manifest`'s canonical JSON.
+`rbs-out/<package>/<name>.job.json` in `rbs.wire.manifest`'s canonical JSON.
 
 Input tree layout (the job's working directory), the workspace as the job sees it:
 
@@ -92,9 +92,9 @@ def job_spec(
     Called from Starlark at analysis; a ValueError becomes an analysis error at the
     target's BUILD line, so every message names the attribute and the fix.
     """
-    from rbs.scheduler import specs
-    from rbs.scheduler.manifest import manifest_to_dict
-    from rbs.scheduler.specs import SpecError
+    from rbs.wire import specs
+    from rbs.wire.manifest import manifest_to_dict
+    from rbs.wire.specs import SpecError
 
     def parse(attr: str, fn: Any, value: Any, example: str) -> Any:
         try:
@@ -255,7 +255,7 @@ def manifest_path(label: Label) -> str:
 
 
 def make_manifest(job: JobTarget, input_root: Digest) -> JobManifest:
-    from rbs.scheduler.manifest import manifest_from_dict
+    from rbs.wire.manifest import manifest_from_dict
 
     data = {k: v for k, v in job.spec.items() if k not in (JOB_MARK, "args")}
     data["name"] = job.label.name
@@ -280,7 +280,7 @@ def write_manifests(
     """
     from rbs.cas.disk import DiskStore
     from rbs.cas.tree import TreeEntry, build_tree
-    from rbs.scheduler.manifest import manifest_to_json
+    from rbs.wire.manifest import manifest_to_json
 
     store = DiskStore(root / ".rbs" / "cas", durable=False)
     written: dict[Label, str] = {}
@@ -314,7 +314,7 @@ def write_manifests(
 
 def target_provenance(label: Label) -> dict[str, str]:
     """Where each manifest field of a job target came from (see TARGET_FIELDS)."""
-    from rbs.scheduler.manifest import DEFAULT_SOURCE, PROVENANCE_FIELDS
+    from rbs.wire.manifest import DEFAULT_SOURCE, PROVENANCE_FIELDS
 
     source = f"target {label}"
     return {f: source if f in TARGET_FIELDS else DEFAULT_SOURCE for f in PROVENANCE_FIELDS}
@@ -326,7 +326,7 @@ def finish_job_targets(
     """After a successful build: write the manifests of the job targets it built."""
     if not jobs:
         return {}
-    from rbs.build.executor import out_path
+    from rbs.build.engine import out_path
 
     def digest_of(f: File) -> tuple[Digest, bool]:
         have = report.digests.get(f.path)

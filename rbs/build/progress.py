@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any, TextIO
 
-from rbs.build.executor import Failure, Listener, Report
+from rbs.build.engine import Failure, Listener, Report
 from rbs.build.graph import ActionSpec
 
 

@@ -104,7 +104,7 @@ def _summary(result: Any, started: float) -> None:
 def build(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool) -> None:
     """Build targets: //pkg:name, //pkg:all, //pkg/..., //... ."""
     from rbs.build.driver import run_build
-    from rbs.build.executor import out_path
+    from rbs.build.engine import out_path
 
     started = time.monotonic()
     try:
@@ -201,7 +201,7 @@ def run(
 ) -> None:
     """Build an executable target and run it: rbs run //pkg:bin -- ARGS."""
     from rbs.build.driver import run_build
-    from rbs.build.executor import out_path
+    from rbs.build.engine import out_path
 
     try:
         root, cwd_pkg = _workspace()

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from rbs.jobs.client import JobError, JobInfo, JobsClient
+from rbs.client.jobs import JobError, JobInfo, JobsClient
 
 # Not `from typing import TYPE_CHECKING`: typing (like argparse) costs `rbs job submit`
 # milliseconds of start-up; type checkers treat this name as true all the same.
@@ -163,7 +163,7 @@ def cmd_submit(args: argparse.Namespace | FastArgs) -> int:
             raise JobError("give either --script FILE or a command after --, not both")
         command = _script_command(args.script, inputs)
     if args.manifest:
-        from rbs.scheduler.manifest import manifest_from_json
+        from rbs.wire.manifest import manifest_from_json
 
         try:
             with open(args.manifest, "rb") as f:
@@ -172,7 +172,7 @@ def cmd_submit(args: argparse.Namespace | FastArgs) -> int:
             raise JobError(f"--manifest {args.manifest!r}: {e.strerror}") from None
         provenance = {"*": f"manifest {args.manifest}"}
     elif target is not None:
-        from rbs.jobs.targets import build_job_target
+        from rbs.client.targets import build_job_target
 
         manifest, provenance = build_job_target(target)
     if manifest is not None and manifest.input_root is not None and inputs:
@@ -206,7 +206,7 @@ def cmd_submit(args: argparse.Namespace | FastArgs) -> int:
     flags = {k: v for k, v in flags.items() if v is not None}
     with _client(args) as client:
         if manifest is not None:
-            from rbs.jobs.targets import check_queue, stage_manifest_inputs
+            from rbs.client.targets import check_queue, stage_manifest_inputs
 
             if args.queue is None:
                 check_queue(client, manifest, provenance or {})

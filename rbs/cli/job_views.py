@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from rbs.jobs.client import JobInfo
+from rbs.client.jobs import JobInfo
 
 _STATE_STYLE = {
     "PENDING": "yellow",

@@ -29,8 +29,8 @@ def _write_ready_file(path: Path, port: int, data_dir: Path) -> None:
 
 
 async def _serve(config: object, ready_file: Path | None) -> None:
-    from rbs.remote.cluster import start_cluster
-    from rbs.remote.config import Config
+    from rbs.server.cluster import start_cluster
+    from rbs.server.config import Config
 
     assert isinstance(config, Config)
     running = await start_cluster(config)
@@ -105,8 +105,8 @@ def serve(
     log_level: str,
 ) -> None:
     """Serve REAPI v2 (cache; execution where enabled) until SIGTERM or Ctrl-C."""
-    from rbs.remote.auth import TokenError
-    from rbs.remote.config import ConfigError, load_config, parse_size, with_overrides
+    from rbs.server.config import ConfigError, load_config, parse_size, with_overrides
+    from rbs.wire.auth import TokenError
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -129,8 +129,8 @@ def serve(
 @remote.command()
 def down() -> None:
     """Stop the local cluster that job commands start under $RBS_HOME."""
-    from rbs.jobs.local import down as stop_local
-    from rbs.jobs.local import local_root
+    from rbs.client.local import down as stop_local
+    from rbs.client.local import local_root
 
     pids = stop_local()
     if pids:

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-_KEY = "rbs.remote"
+_KEY = "rbs.server"
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -54,8 +54,8 @@ def remote_backend_from_context() -> Any:
         if cache_only:
             raise click.UsageError("--remote-cache-only needs --remote HOST:PORT (or RBS_REMOTE)")
         return None
-    from rbs.remote.client import parse_target
-    from rbs.remote.runner import remote_backend
+    from rbs.client.remote_runner import remote_backend
+    from rbs.wire.reapi_client import parse_target
 
     try:
         parse_target(target)

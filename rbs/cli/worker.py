@@ -115,7 +115,7 @@ def worker(
 ) -> None:
     """Run a worker: register with the server and run the build actions it leases."""
     from rbs.executor.worker import WorkerConfig, WorkerError
-    from rbs.remote.config import parse_size
+    from rbs.server.config import parse_size
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -184,7 +184,7 @@ async def _run_worker(config: Any, ready_file: Path | None) -> None:
 def status(server: str | None, as_json: bool) -> None:
     """Show workers (resources, slots, last heartbeat), queue depth, running actions, jobs."""
     if not server:
-        from rbs.jobs.local import running_local
+        from rbs.client.local import running_local
 
         local = running_local()
         server = local.address if local is not None else DEFAULT_SERVER
@@ -192,8 +192,8 @@ def status(server: str | None, as_json: bool) -> None:
 
     from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
     from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
-    from rbs.remote.auth import auth_metadata, token_from_env
-    from rbs.remote.client import connect
+    from rbs.wire.auth import auth_metadata, token_from_env
+    from rbs.wire.reapi_client import connect
 
     try:
         channel = connect(server)

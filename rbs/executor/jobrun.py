@@ -89,7 +89,7 @@ class RunResult:
 
 def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
     """Set up, run and clean up one lease (blocking; call on a thread)."""
-    from rbs.scheduler.manifest import manifest_from_json
+    from rbs.wire.manifest import manifest_from_json
 
     lease, dirs = run.lease, run.dirs
     dirs.root.mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,7 @@ def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
         for text in notes:
             note(text)
         if manifest.time_limit:
-            from rbs.scheduler.specs import format_duration
+            from rbs.wire.specs import format_duration
 
             note(
                 f"time limit {format_duration(manifest.time_limit)}, enforced by the scheduler: "

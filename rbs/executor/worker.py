@@ -42,8 +42,8 @@ from rbs.executor.action_runner import ActionOutcome, ActionRunner
 from rbs.executor.cgroups import detect
 from rbs.executor.jobhost import JobHost, cgroup_scope
 from rbs.model import Digest, DigestFunction
-from rbs.remote.auth import auth_metadata
-from rbs.remote.client import (
+from rbs.wire.auth import auth_metadata
+from rbs.wire.reapi_client import (
     RemoteError,
     RemoteStore,
     channel_options,

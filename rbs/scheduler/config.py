@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rbs.scheduler import specs
-from rbs.scheduler.specs import SpecError
+from rbs.wire import specs
+from rbs.wire.specs import SpecError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

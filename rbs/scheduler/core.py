@@ -41,10 +41,10 @@ from rbs.scheduler.instructions import (
 )
 from rbs.scheduler.invariants import check_invariants
 from rbs.scheduler.placement import schedule
-from rbs.scheduler.specs import format_duration
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
 from rbs.scheduler.views import JobView, QueueView, TaskView, job_view, queue_views, task_view
 from rbs.scheduler.workers import WorkerState
+from rbs.wire.specs import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class Scheduler:
         res, lo = m.resources, m.node_range[0]
         if sum(1 for w in workers if w.could_ever_fit(res)) >= lo:
             return
-        from rbs.scheduler.specs import format_cpu, format_memory
+        from rbs.wire.specs import format_cpu, format_memory
 
         largest = max(workers, key=lambda w: (len(w.gpus), w.cpu_millis, w.memory_bytes))
         ask = (

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from rbs.model import JobManifest
-from rbs.scheduler.specs import SpecError, parse_task_id
+from rbs.wire.specs import SpecError, parse_task_id
 
 _ids = itertools.count(1)
 

@@ -32,7 +32,7 @@ from rbs.scheduler.instructions import (
     TaskRecord,
     WorkerRecord,
 )
-from rbs.scheduler.manifest import manifest_from_json, manifest_to_json
+from rbs.wire.manifest import manifest_from_json, manifest_to_json
 
 SCHEMA_VERSION = 1
 _SCHEMA = """

@@ -148,7 +148,7 @@ class WorkerState:
         return node
 
     def size_text(self) -> str:
-        from rbs.scheduler.specs import format_cpu, format_memory
+        from rbs.wire.specs import format_cpu, format_memory
 
         return (
             f"{self.worker_id}: cpu {format_cpu(self.cpu_millis)}, memory "

@@ -12,7 +12,7 @@ from rbs.scheduler.core import Scheduler
 from rbs.scheduler.events import WorkerUp
 from rbs.scheduler.instructions import Instruction, Start
 from rbs.scheduler.sim import Outcome, Simulator
-from rbs.scheduler.specs import parse_array, parse_dependencies
+from rbs.wire.specs import parse_array, parse_dependencies
 
 CONFIG = SchedulerConfig(heartbeat_timeout=30)
 

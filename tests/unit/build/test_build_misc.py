@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rbs.build.engine import Failure
 from rbs.build.errors import BuildError
-from rbs.build.executor import Failure
 from rbs.build.graph import ActionSpec
 from rbs.build.labels import Label, parse_label
 from rbs.build.loader import Loader

@@ -7,7 +7,7 @@ from sched_harness import Harness, env, manifest, starts
 from rbs.model import JobState
 from rbs.scheduler.arrays import TaskPool
 from rbs.scheduler.instructions import SaveJob, SaveTask
-from rbs.scheduler.specs import parse_array
+from rbs.wire.specs import parse_array
 
 
 def test_pool_walks_ranges_lazily_and_retries_first() -> None:

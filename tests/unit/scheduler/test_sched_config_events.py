@@ -11,7 +11,7 @@ from rbs.model import JobState
 from rbs.scheduler.config import QueueConfig, SchedulerConfig, load_scheduler_config
 from rbs.scheduler.events import RunRef, TaskRef
 from rbs.scheduler.instructions import Rejected
-from rbs.scheduler.specs import SpecError
+from rbs.wire.specs import SpecError
 
 
 def test_config_from_toml_tables() -> None:

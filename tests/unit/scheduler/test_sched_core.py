@@ -342,6 +342,6 @@ def _up(wid: str, **kw: object):  # type: ignore[no-untyped-def]
 
 
 def _deps(text: str):  # type: ignore[no-untyped-def]
-    from rbs.scheduler.specs import parse_dependencies
+    from rbs.wire.specs import parse_dependencies
 
     return parse_dependencies(text)

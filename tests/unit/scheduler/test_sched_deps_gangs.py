@@ -6,7 +6,7 @@ from sched_harness import Harness, env, kills, manifest, starts
 
 from rbs.model import JobState
 from rbs.scheduler.instructions import KillReason
-from rbs.scheduler.specs import parse_array, parse_dependencies
+from rbs.wire.specs import parse_array, parse_dependencies
 
 
 def _deps(text: str):  # type: ignore[no-untyped-def]

@@ -15,8 +15,8 @@ from rbs.scheduler.core import Scheduler
 from rbs.scheduler.events import RunRef, Submit, TaskExited, Tick
 from rbs.scheduler.instructions import Instruction, Start
 from rbs.scheduler.sim import Outcome, Simulator
-from rbs.scheduler.specs import parse_array, parse_dependencies
 from rbs.scheduler.store import Store, StoreError
+from rbs.wire.specs import parse_array, parse_dependencies
 
 CONFIG = SchedulerConfig(heartbeat_timeout=30)
 

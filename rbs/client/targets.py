@@ -1,0 +1,280 @@
+"""Job targets on the client: build `//pkg:target`, read its manifest, stage its input tree.
+
+`rbs job submit //pkg:train` builds the target in the workspace around the current
+folder; the build writes `rbs-out/pkg/train.job.json` (rbs.build.jobtarget) and stores
+the job's input tree (binary, runfiles, data) in the workspace's build store
+(`.rbs/cas`). Submitting reads that manifest, so `--manifest rbs-out/pkg/train.job.json`
+and `//pkg:train` submit the same bytes, and stages the tree from the build store: one
+find-missing call, then only the blobs the cluster lacks cross the wire.
+
+`--inputs bin=//app:train` builds a target and stages its outputs (an executable with
+its runfiles tree beside it, as `bin/train` and `bin/train.runfiles/`) under `bin/`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rbs.client.jobs import JobError, JobsClient
+from rbs.model import Digest, DigestFunction, JobManifest
+
+
+def _workspace(cwd: Path) -> tuple[Path, str]:
+    from rbs.build.errors import BuildError
+    from rbs.build.workspace import find_root
+
+    try:
+        root = find_root(cwd)
+    except BuildError as e:
+        raise JobError(
+            f"a //pkg:target needs a workspace: {e.message}; run from inside one "
+            "(a folder with a WORKSPACE file)"
+        ) from None
+    rel = cwd.resolve().relative_to(root.resolve()).as_posix()
+    return root, "" if rel == "." else rel
+
+
+def _label(text: str, package: str) -> Any:
+    from rbs.build.labels import parse_label
+
+    try:
+        return parse_label(text, package=package)
+    except ValueError as e:
+        raise JobError(f"{text}: {e}; write //pkg:name") from None
+
+
+def _build(root: Path, label: Any) -> tuple[Any, Any]:
+    """Build one target; returns (BuildResult, ActionGraph), also when nothing changed."""
+    from rbs.build.driver import BuildOptions, run_build
+    from rbs.build.errors import BuildError
+    from rbs.build.progress import make_progress
+    from rbs.build.state import load_cached_analysis, request_key
+
+    try:
+        result = run_build(
+            root,
+            [str(label)],
+            options=BuildOptions(listener=make_progress(not sys.stderr.isatty())),
+        )
+    except BuildError as e:
+        raise JobError(f"building {label} failed:\n{e.render()}") from None
+    if not result.ok:
+        msgs = "\n".join(f.message for f in result.report.failures)
+        raise JobError(f"building {label} failed:\n{msgs}")
+    graph = result.graph
+    if graph is None:
+        # A no-op build skips analysis; its cached analysis is valid by definition.
+        cached = load_cached_analysis(root, request_key([str(label)], "", "build"))
+        if cached is None:
+            from rbs.build.api import load_and_analyze
+
+            cached = load_and_analyze(root, [str(label)])
+        graph = cached[1]
+    return result, graph
+
+
+def _digest_of(root: Path, result: Any) -> Any:
+    from rbs.build.engine import out_path
+    from rbs.build.state import BuildState
+
+    stats = BuildState.load(root).stats
+
+    def digest_of(f: Any) -> tuple[Digest, bool]:
+        have = result.report.digests.get(f.path)
+        if have is not None:
+            return have  # type: ignore[no-any-return]
+        h, size, exe = stats.digest(root, f.path if f.is_source else out_path(f.path))
+        return Digest(function=DigestFunction.BLAKE3, hash=h, size=size), exe
+
+    return digest_of
+
+
+def build_job_target(target: str, *, cwd: Path | None = None) -> tuple[JobManifest, dict[str, str]]:
+    """Build a job target; return its manifest (as the build wrote it) and provenance."""
+    from rbs.build.jobtarget import job_targets, manifest_path, target_provenance
+    from rbs.wire.manifest import manifest_from_json
+
+    root, package = _workspace(cwd or Path.cwd())
+    label = _label(target, package)
+    _result, graph = _build(root, label)
+    if label not in job_targets(graph, [label]):
+        info = graph.targets[label]
+        raise JobError(
+            f"{label} is a {info.kind}, not a job target; declare a batch_job or "
+            f'ml_training_job around it (load("@rbs//job/rules.rbs", ...)), or ship it with '
+            f"--inputs bin={label} -- ./bin/{label.name}"
+        )
+    path = root / manifest_path(label)
+    try:
+        manifest = manifest_from_json(path.read_bytes())
+    except OSError as e:
+        raise JobError(f"{label}: cannot read its manifest {path}: {e.strerror}") from None
+    print(f"rbs: built {label} -> {manifest_path(label)}", file=sys.stderr)
+    return manifest, target_provenance(label)
+
+
+# ---------------------------------------------------------------- staging
+
+
+def _local_store(start: Path) -> Any:
+    from rbs.build.errors import BuildError
+    from rbs.build.workspace import find_root
+    from rbs.cas.disk import DiskStore
+
+    try:
+        root = find_root(start)
+    except BuildError:
+        return None
+    cas = root / ".rbs" / "cas"
+    return DiskStore(cas, durable=False) if cas.is_dir() else None
+
+
+def _tree_blobs(store: Any, root: Digest) -> list[Digest]:
+    """Every blob of a tree in `store`: its Directory messages and its files."""
+    from rbs.cas.tree import digest_of, read_directory
+
+    out: dict[Digest, None] = {}
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        out[d] = None
+        msg = read_directory(store, d)
+        for f in msg.files:
+            out[digest_of(f.digest, root.function)] = None
+        stack.extend(digest_of(c.digest, root.function) for c in msg.directories)
+    return list(out)
+
+
+def stage_manifest_inputs(
+    client: JobsClient,
+    manifest: JobManifest,
+    *,
+    source: Path | None = None,
+    cwd: Path | None = None,
+) -> int:
+    """Make sure the cluster holds the manifest's input tree; returns the blobs uploaded.
+
+    The tree is read from the build store of the workspace around `source` (the
+    manifest file) or of `cwd` (default: the current folder); only blobs the cluster
+    lacks are sent.
+    """
+    from rbs.client.http import HttpError
+    from rbs.client.staging import find_missing, upload
+
+    root = manifest.input_root
+    if root is None:
+        return 0
+    starts = [source.resolve().parent] if source is not None else []
+    starts.append(cwd or Path.cwd())
+    stores = [s for s in (_local_store(p) for p in starts) if s is not None]
+    store = next((s for s in stores if s.contains(root)), None)
+    try:
+        if store is None:
+            if not find_missing(client.conn, [root]):
+                return 0  # staged earlier (the tree is stored whole or not at all)
+            raise JobError(
+                f"input tree {root} of job {manifest.name!r} is neither on the cluster nor in "
+                "a build store here; build the job target in its workspace "
+                "(`rbs build //pkg:target`) and submit from there"
+            )
+        blobs = _tree_blobs(store, root)
+        # The root last: a cluster that has the root Directory has everything under it.
+        blobs.remove(root)
+        blobs.append(root)
+        missing = find_missing(client.conn, blobs)
+        order = {d: i for i, d in enumerate(blobs)}
+        missing.sort(key=order.__getitem__)
+        upload(client.conn, {d: store.path_of(d) for d in missing})
+    except HttpError as e:
+        raise JobError(e.message) from None
+    if missing:
+        sent = sum(d.size for d in missing)
+        print(
+            f"rbs: staged {len(missing)} of {len(blobs)} blobs ({sent} bytes) of {root}",
+            file=sys.stderr,
+        )
+    return len(missing)
+
+
+def check_queue(client: JobsClient, manifest: JobManifest, provenance: Mapping[str, str]) -> None:
+    """Refuse, with the fix, a queue the target chose that the cluster does not have."""
+    source = provenance.get("queue", "")
+    if not source.startswith("target"):
+        return
+    names = [str(q.get("name")) for q in client.queues()]
+    if manifest.queue in names:
+        return
+    label = source.removeprefix("target ")
+    raise JobError(
+        f"{label} asks for partition {manifest.queue!r}, which is not a queue of the cluster "
+        f"at {client.server} (queues: {', '.join(names)}). Define it in the server's TOML, "
+        f'e.g. [jobs] queues = [{{ name = "batch" }}, {{ name = "{manifest.queue}" }}], '
+        "and restart the server; or override it with --queue batch"
+    )
+
+
+# ---------------------------------------------------------------- --inputs DEST=//pkg:target
+
+
+def target_entries(
+    spec: str, cwd: Path, function: DigestFunction
+) -> tuple[dict[str, Any], dict[Digest, Path]]:
+    """Tree entries for `--inputs [DEST=]//pkg:target`: its outputs (and runfiles) under DEST.
+
+    An executable lands as DEST/<name> with DEST/<name>.runfiles/<workspace>/... beside
+    it, so `-- ./DEST/<name>` runs it; other targets' output files land as DEST/<basename>.
+    """
+    from rbs.build.engine import out_path
+    from rbs.cas.tree import TreeEntry
+
+    dest, sep, text = spec.partition("=")
+    if not sep:
+        dest, text = "", spec
+    dest = dest.strip("/")
+    if function is not DigestFunction.BLAKE3:
+        raise JobError(f"--inputs {spec!r}: built targets are hashed with blake3")
+    root, package = _workspace(cwd)
+    label = _label(text, package)
+    result, graph = _build(root, label)
+    info = graph.targets[label]
+    layout: dict[str, Any] = {}
+    if info.executable is not None:
+        exe = info.executable
+        layout[exe.basename] = exe
+        for f in info.runfiles:
+            layout[f"{exe.basename}.runfiles/{graph.workspace_name}/{f.short_path}"] = f
+    else:
+        for f in info.files:
+            if f.basename in layout:
+                raise JobError(
+                    f"--inputs {spec!r}: {label} has two outputs named {f.basename!r}; "
+                    "stage a filegroup of distinct names, or the files themselves"
+                )
+            layout[f.basename] = f
+    if not layout:
+        raise JobError(f"--inputs {spec!r}: {label} has no output files to stage")
+    digest_of = _digest_of(root, result)
+    entries: dict[str, Any] = {}
+    sources: dict[Digest, Path] = {}
+    for rel, f in layout.items():
+        d, exe_bit = digest_of(f)
+        entries[f"{dest}/{rel}" if dest else rel] = TreeEntry(digest=d, executable=exe_bit)
+        sources.setdefault(d, root / (f.path if f.is_source else out_path(f.path)))
+    return entries, sources
+
+
+def is_target_input(spec: str) -> bool:
+    _dest, sep, src = spec.partition("=")
+    return (src if sep else spec).startswith("//")
+
+
+__all__ = [
+    "build_job_target",
+    "check_queue",
+    "is_target_input",
+    "stage_manifest_inputs",
+    "target_entries",
+]

@@ -1,1 +1,0 @@
-"""Client side of rbs jobs: the Python API, its HTTP transport and the local cluster."""

@@ -1,0 +1,250 @@
+"""Server configuration: TOML loaded into frozen dataclasses by one small loader.
+
+A config file has one table per concern; every key is optional and command-line
+flags override the file:
+
+    [server]
+    host = "127.0.0.1"          # "0.0.0.0" to serve workers on other machines
+    port = 8980                 # 0 picks a free port
+    data_dir = "/var/lib/rbs"   # CAS, action cache and other state; default $RBS_HOME/server
+    token_file = "/etc/rbs/token"
+    instance_names = [""]       # REAPI instance names accepted; "" is the default
+
+    [cas]
+    max_size = "50G"            # evict least recently used blobs above this
+    max_batch_size = "4M"       # the batch limit advertised to clients
+    lease = 10800               # seconds after its last use that a blob is never evicted
+
+    [execution]                 # workers and actions (rbs.server.exec_config)
+    heartbeat_timeout = 30
+    max_attempts = 3
+
+    [jobs]                      # the job scheduler (rbs.scheduler.config)
+    heartbeat_timeout = 30
+    queues = [
+      { name = "batch" },
+      { name = "gpu", priority_weight = 100, default_time = "1h", max_time = "1d" },
+    ]
+
+Unknown tables and keys are errors (a typo must not silently fall back to a default).
+New concerns add a table: a dataclass here, a field on `Config`, and a line in
+`_SECTIONS`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rbs.scheduler.config import SchedulerConfig, load_scheduler_config
+from rbs.server.exec_config import ExecutionConfig, load_execution_config
+from rbs.wire.specs import SpecError
+
+DEFAULT_PORT = 8980
+DEFAULT_BATCH_SIZE = 4 << 20
+# Room for framing and per-blob overhead above the advertised batch limit, so a batch
+# that respects the limit always fits in one gRPC message.
+MESSAGE_HEADROOM = 1 << 20
+
+_SIZE = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]?)(?:i?B)?", re.I)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def default_data_dir() -> Path:
+    """`$RBS_HOME/server`, with RBS_HOME defaulting to ~/.rbs."""
+    home = os.environ.get("RBS_HOME") or "~/.rbs"
+    return Path(home).expanduser() / "server"
+
+
+class ConfigError(ValueError):
+    """A configuration value or file is invalid; the message names it and the fix."""
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """Parse `50G`, `512M`, `4096`, `1.5GiB` into bytes (binary units)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ConfigError(f"{what} must not be negative, got {text}")
+        return text
+    m = _SIZE.fullmatch(str(text).strip())
+    if not m:
+        raise ConfigError(
+            f"invalid {what} {text!r}: write a number of bytes with an optional unit "
+            "K, M, G or T (powers of 1024), e.g. 50G"
+        )
+    return int(float(m["n"]) * _UNITS[m["unit"].upper()])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """Where and how the gRPC server listens."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    data_dir: Path = field(default_factory=default_data_dir)
+    token_file: Path | None = None
+    instance_names: tuple[str, ...] = ("",)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port {self.port} is out of range: use 0-65535 (0 picks a free one)")
+        if not self.instance_names:
+            raise ConfigError('instance_names is empty: list at least one, e.g. [""]')
+        for name in self.instance_names:
+            check_instance_name(name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CasConfig:
+    """The content-addressed store behind the server."""
+
+    max_size: int | None = None
+    max_batch_size: int = DEFAULT_BATCH_SIZE
+    # Seconds after its last use during which a blob is never evicted (Bazel's
+    # remote cache assumes about 3 h).
+    lease: int = 3 * 3600
+
+    def __post_init__(self) -> None:
+        if self.max_size is not None and self.max_size <= 0:
+            raise ConfigError(f"cas max_size must be positive, got {self.max_size}")
+        if self.lease < 0:
+            raise ConfigError(f"cas lease must be a number of seconds >= 0, got {self.lease}")
+        if not 1024 <= self.max_batch_size <= 1 << 30:
+            raise ConfigError(
+                f"cas max_batch_size {self.max_batch_size} is out of range: use 1K to 1G"
+            )
+
+    @property
+    def max_message_size(self) -> int:
+        """gRPC send/receive limit: above the advertised batch limit, with headroom."""
+        return self.max_batch_size + MESSAGE_HEADROOM
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """The whole server configuration, one field per TOML table."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    cas: CasConfig = field(default_factory=CasConfig)
+    jobs: SchedulerConfig = field(default_factory=SchedulerConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+
+
+_RESERVED_SEGMENTS = frozenset(
+    {"blobs", "uploads", "actions", "actionResults", "operations", "capabilities"}
+    | {"compressed-blobs"}
+)
+
+
+def check_instance_name(name: str) -> str:
+    """An instance name may hold '/', but no segment may be a ByteStream keyword."""
+    if name == "":
+        return name
+    for seg in name.split("/"):
+        if seg == "" or seg in _RESERVED_SEGMENTS:
+            raise ConfigError(
+                f"invalid instance name {name!r}: segments must be non-empty and none may be "
+                f"one of {', '.join(sorted(_RESERVED_SEGMENTS))}"
+            )
+    return name
+
+
+def _convert(section: str, key: str, value: Any) -> Any:
+    where = f"[{section}] {key}"
+    if key in ("max_size", "max_batch_size"):
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise ConfigError(f"{where} must be a size such as 50G, got {value!r}")
+        return parse_size(value, where)
+    if key in ("data_dir", "token_file"):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a path string, got {value!r}")
+        return Path(value).expanduser()
+    if key == "instance_names":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f'{where} must be a list of strings, e.g. ["", "ci"]')
+        return tuple(value)
+    if key in ("port", "lease"):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {value!r}")
+    return value
+
+
+_SECTIONS: dict[str, type[ServerConfig] | type[CasConfig]] = {
+    "server": ServerConfig,
+    "cas": CasConfig,
+}
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read a TOML config file (or the defaults when `path` is None)."""
+    if path is None:
+        return Config()
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    return config_from_dict(data, str(path))
+
+
+def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
+    sections: dict[str, Any] = {}
+    for name, table in data.items():
+        if name == "jobs":
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: [jobs] must be a table")
+            try:
+                sections["jobs"] = load_scheduler_config(table)
+            except (SpecError, ValueError, TypeError) as e:
+                raise ConfigError(f"{source}: [jobs] {e}") from None
+            continue
+        if name == "execution":
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: [execution] must be a table")
+            try:
+                sections["execution"] = load_execution_config(table)
+            except ValueError as e:
+                raise ConfigError(f"{source}: [execution] {e}") from None
+            continue
+        cls = _SECTIONS.get(name)
+        if cls is None:
+            raise ConfigError(
+                f"{source}: unknown table [{name}]; known tables: "
+                f"{', '.join(sorted([*_SECTIONS, 'execution', 'jobs']))}"
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [{name}] must be a table")
+        known = {f.name for f in fields(cls)}
+        kwargs = {}
+        for key, value in table.items():
+            if key not in known:
+                raise ConfigError(
+                    f"{source}: unknown key {key!r} in [{name}]; known keys: "
+                    f"{', '.join(sorted(known))}"
+                )
+            kwargs[key] = _convert(name, key, value)
+        try:
+            sections[name] = cls(**kwargs)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    return Config(**sections)
+
+
+def with_overrides(config: Config, **server: Any) -> Config:
+    """Apply command-line values (None means "not given") over the server table."""
+    cas_keys = {"max_size", "max_batch_size", "lease"}
+    srv = {k: v for k, v in server.items() if v is not None and k not in cas_keys}
+    cas = {k: v for k, v in server.items() if v is not None and k in cas_keys}
+    return replace(
+        config,
+        server=replace(config.server, **srv) if srv else config.server,
+        cas=replace(config.cas, **cas) if cas else config.cas,
+    )

@@ -1,0 +1,397 @@
+"""The job scheduler's driver: feeds the pure core events, journals, and acts.
+
+One asyncio task owns the `Scheduler`. Everything that happens (a submission, a
+cancel, a worker connecting or lost, a job starting or ending, the clock) becomes an
+event on its queue. The task drains the queue in batches, calls `handle_many`, writes
+every Save* instruction to SQLite in one transaction, and only then answers clients
+and sends job leases and kills down the worker streams. Nothing is acknowledged
+before it is committed to the journal (WAL; with `[jobs] durable = true` each commit
+also waits for an fsync, one for a whole burst of submissions), so a killed server
+loses no acknowledged job, and because a run is journaled before its lease is sent,
+none is started twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
+from rbs.model import Digest, JobManifest, JobState
+from rbs.scheduler.config import SchedulerConfig
+from rbs.scheduler.core import Scheduler
+from rbs.scheduler.dispatch import WorkerInfo, WorkerState
+from rbs.scheduler.events import (
+    Cancel,
+    Event,
+    Heartbeat,
+    RunRef,
+    Submit,
+    TaskExited,
+    TaskRef,
+    TaskStarted,
+    Tick,
+    WorkerDown,
+    WorkerUp,
+)
+from rbs.scheduler.instructions import Accepted, Kill, Rejected, SaveJob, SaveTask, Start
+from rbs.scheduler.state import SchedulerError
+from rbs.scheduler.store import Store
+from rbs.scheduler.views import JobView
+from rbs.server.job_logs import IncomingLine, JobLogs
+from rbs.server.workers_service import WorkerHub
+from rbs.wire.manifest import manifest_to_json
+from rbs.wire.reapi import (
+    digest_from_proto,
+    digest_to_proto,
+    function_from_proto,
+    function_to_proto,
+)
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.25
+_STREAMS = {w_pb2.LogLine.OUT: "out", w_pb2.LogLine.ERR: "err", w_pb2.LogLine.SYS: "sys"}
+
+
+class JobRequestError(Exception):
+    """A client request the scheduler refused; `code` is an HTTP-ish status name."""
+
+    def __init__(self, message: str, code: str = "INVALID_ARGUMENT") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Outputs:
+    """Output tree digests per run, as workers report them."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS outputs (job_id INTEGER, task INTEGER, attempt INTEGER, "
+            "digest TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (job_id, task, attempt))"
+        )
+        # The newest checkpoint of each task, restored into its next attempt.
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS checkpoints (job_id INTEGER, task INTEGER, "
+            "attempt INTEGER, digest TEXT NOT NULL, PRIMARY KEY (job_id, task))"
+        )
+
+    def record(self, run: RunRef, digest: Digest) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO outputs VALUES (?,?,?,?,?)",
+            (
+                run.job_id,
+                -1 if run.index is None else run.index,
+                run.attempt,
+                str(digest),
+                time.time(),
+            ),
+        )
+
+    def record_checkpoint(self, run: RunRef, digest: Digest) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?)",
+            (run.job_id, -1 if run.index is None else run.index, run.attempt, str(digest)),
+        )
+
+    def checkpoint(self, job_id: int, index: int | None) -> Digest | None:
+        row = self._db.execute(
+            "SELECT digest FROM checkpoints WHERE job_id = ? AND task = ?",
+            (job_id, -1 if index is None else index),
+        ).fetchone()
+        return Digest.parse(row[0]) if row else None
+
+    def latest(self, job_id: int) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT task, attempt, digest FROM outputs o WHERE job_id = ? AND attempt = "
+            "(SELECT MAX(attempt) FROM outputs WHERE job_id = o.job_id AND task = o.task) ORDER BY task",
+            (job_id,),
+        ).fetchall()
+        return [{"task": None if t == -1 else t, "attempt": a, "digest": d} for t, a, d in rows]
+
+
+class JobDriver:
+    """Owns the scheduler; implements the hub's JobEvents; serves the jobs API's calls."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        config: SchedulerConfig,
+        hub: WorkerHub,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.hub = hub
+        self._clock = clock
+        self.store = Store(data_dir / "jobs.db", durable=config.durable)
+        self.sched: Scheduler = self.store.restore(config, clock())
+        self.logs = JobLogs(data_dir / "job_logs.db")
+        self._out_db = sqlite3.connect(
+            data_dir / "job_outputs.db", isolation_level=None, check_same_thread=False
+        )
+        self._out_db.execute("PRAGMA journal_mode=WAL")
+        self.outputs = _Outputs(self._out_db)
+        self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Any] | None]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._states: dict[int, JobState] = {
+            jid: self.sched.job(jid).state for jid in self.sched.job_ids()
+        }
+        self._slots: dict[str, set[str]] = {}  # worker -> active lease ids
+        self._leases: dict[str, Start] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run())
+        self._ticker = loop.create_task(self._tick())
+        self.hub.jobs = self
+
+    async def stop(self) -> None:
+        for t in (self._ticker, self._task):
+            if t is not None:
+                t.cancel()
+        await asyncio.gather(*(t for t in (self._ticker, self._task) if t), return_exceptions=True)
+        self.store.close()
+        self.logs.close()
+        self._out_db.close()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            # Connected workers are alive: the hub tracks their heartbeats and reports
+            # the lost ones (worker_lost); the core's own timeout covers a restart.
+            for view in self.hub.dispatcher.workers():
+                if view.state is WorkerState.CONNECTED and view.info.job_slots:
+                    self._post(Heartbeat(worker_id=view.info.worker_id))
+            self._post(Tick())
+
+    def _post(self, event: Event, future: asyncio.Future[Any] | None = None) -> None:
+        self._queue.put_nowait((event, future))
+
+    async def _call(self, event: Event) -> Any:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._post(event, fut)
+        return await fut
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and len(batch) < 2000:
+                batch.append(self._queue.get_nowait())
+            try:
+                self._step(batch)
+            except Exception as e:
+                log.exception("scheduler step failed")
+                for _, fut in batch:
+                    if fut is not None and not fut.done():
+                        fut.set_exception(
+                            JobRequestError(f"internal scheduler error: {e}", "INTERNAL")
+                        )
+
+    def _step(self, batch: list[tuple[Event, asyncio.Future[Any] | None]]) -> None:
+        now = self._clock()
+        instructions = self.sched.handle_many([e for e, _ in batch], now)
+        self.store.apply(instructions, now)  # durable before anything is answered or sent
+        futures = {e.event_id: f for e, f in batch if f is not None}
+        for ins in instructions:
+            if isinstance(ins, Accepted):
+                fut = futures.pop(ins.event_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(ins.job_id)
+            elif isinstance(ins, Rejected):
+                fut = futures.pop(ins.event_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_exception(JobRequestError(ins.message))
+                elif fut is None:
+                    # A worker's registration or report nobody waits on: say it in the log.
+                    log.warning("scheduler refused event %s: %s", ins.event_id, ins.message)
+            elif isinstance(ins, Start):
+                self._send_start(ins)
+            elif isinstance(ins, Kill):
+                self._send_kill(ins)
+            elif isinstance(ins, SaveJob):
+                rec = ins.record
+                if self._states.get(rec.job_id) is not rec.state:
+                    self._states[rec.job_id] = rec.state
+                    self.logs.wake(rec.job_id)
+            elif isinstance(ins, SaveTask) and not ins.record.active:
+                for node in ins.record.nodes:
+                    run = RunRef(
+                        job_id=ins.record.job_id,
+                        index=ins.record.index,
+                        attempt=ins.record.attempt,
+                        rank=node.rank,
+                    )
+                    self._slots.get(node.worker_id, set()).discard(run.lease_id)
+                    self._leases.pop(run.lease_id, None)
+        for fut in futures.values():  # events with no answer of their own (cancel)
+            if not fut.done():
+                fut.set_result(None)
+
+    def _send_start(self, ins: Start) -> None:
+        m = ins.manifest
+        if ins.time_limit != m.time_limit:
+            m = dataclasses.replace(m, time_limit=ins.time_limit)
+        lease = w_pb2.JobLease(
+            lease_id=ins.lease_id,
+            job_id=str(ins.run.job_id),
+            manifest_json=manifest_to_json(m),
+            task_index=-1 if ins.run.index is None else ins.run.index,
+            attempt=ins.run.attempt,
+            gpu_ids=list(ins.gpus),
+            env=dict(ins.env),
+            node_rank=ins.run.rank,
+            nodelist=list(ins.nodelist),
+            master_addr=ins.master_addr,
+            master_port=ins.master_port or 0,
+        )
+        if m.input_root is not None:
+            lease.input_root_digest.CopyFrom(digest_to_proto(m.input_root))
+            lease.digest_function = function_to_proto(m.input_root.function)
+        if m.checkpoint_dir and ins.run.attempt > 1:
+            ckpt = self.outputs.checkpoint(ins.run.job_id, ins.run.index)
+            if ckpt is not None:
+                lease.checkpoint_digest.CopyFrom(digest_to_proto(ckpt))
+                lease.digest_function = function_to_proto(ckpt.function)
+        self._slots.setdefault(ins.worker_id, set()).add(ins.lease_id)
+        self._leases[ins.lease_id] = ins
+        if not self.hub.send(ins.worker_id, w_pb2.ServerMessage(job_lease=lease)):
+            # Not connected right now: the core sees the worker lost (or back) shortly.
+            log.warning(
+                "worker %s is not connected; job lease %s waits for it", ins.worker_id, ins.lease_id
+            )
+
+    def _send_kill(self, ins: Kill) -> None:
+        msg = w_pb2.KillJob(
+            lease_id=ins.run.lease_id, job_id=str(ins.run.job_id), reason=ins.reason.value
+        )
+        self.hub.send(ins.worker_id, w_pb2.ServerMessage(kill_job=msg))
+
+    # ------------------------------------------------------------------ JobEvents (hub)
+
+    def worker_connected(self, info: WorkerInfo, held_job_leases: tuple[str, ...]) -> None:
+        if info.job_slots <= 0:
+            return
+        running = []
+        for lease_id in held_job_leases:
+            try:
+                running.append(RunRef.parse_lease(lease_id))
+            except ValueError:
+                log.warning("worker %s holds an unreadable job lease %r", info.worker_id, lease_id)
+        ports = None
+        self._post(
+            WorkerUp(
+                worker_id=info.worker_id,
+                hostname=info.hostname or info.name,
+                address=info.address or info.hostname,
+                cpu_millis=max(1, info.cpus) * 1000,
+                memory_bytes=max(1, info.memory_bytes),
+                gpus=tuple(info.gpu_ids),
+                job_slots=info.job_slots,
+                master_ports=ports,
+                running=tuple(running),
+            )
+        )
+
+    def worker_lost(self, worker_id: str) -> None:
+        self._post(WorkerDown(worker_id=worker_id, reason="worker stopped heartbeating"))
+
+    async def job_message(self, worker_id: str, message: w_pb2.WorkerMessage) -> None:
+        kind = message.WhichOneof("kind")
+        if kind == "job_started":
+            run = RunRef.parse_lease(message.job_started.lease_id)
+            self._post(TaskStarted(run=run, worker_id=worker_id))
+        elif kind == "job_finished":
+            fin = message.job_finished
+            run = RunRef.parse_lease(fin.lease_id)
+            fn = function_from_proto(fin.digest_function)
+            # In a gang, rank 0 drives: its outputs and checkpoint are the job's. The
+            # other ranks are stopped after it ends and would overwrite them.
+            lead = run.rank == 0
+            if lead and fin.HasField("output_tree_digest") and fin.output_tree_digest.hash:
+                self.outputs.record(run, digest_from_proto(fin.output_tree_digest, fn))
+            if lead and fin.HasField("checkpoint_tree_digest") and fin.checkpoint_tree_digest.hash:
+                self.outputs.record_checkpoint(
+                    run, digest_from_proto(fin.checkpoint_tree_digest, fn)
+                )
+            self._post(
+                TaskExited(
+                    run=run,
+                    worker_id=worker_id,
+                    exit_code=fin.exit_code,
+                    signal=fin.signal or None,
+                    oom=fin.oom_killed,
+                    peak_memory_bytes=fin.peak_memory_bytes or None,
+                )
+            )
+        elif kind == "log_lines":
+            ll = message.log_lines
+            rank = RunRef.parse_lease(ll.lease_id).rank if ll.lease_id else 0
+            lines = [
+                IncomingLine(
+                    wseq=x.seq,
+                    time=x.time.ToNanoseconds() / 1e9,
+                    stream=_STREAMS.get(x.stream, "sys"),
+                    text=x.text,
+                )
+                for x in ll.lines
+            ]
+            task = None if ll.task_index < 0 else ll.task_index
+            self.logs.append(int(ll.job_id), task, ll.attempt, rank, lines)
+            if lines:
+                ack = w_pb2.Ack(
+                    job_id=ll.job_id,
+                    task_index=ll.task_index,
+                    attempt=ll.attempt,
+                    log_seq=max(x.wseq for x in lines),
+                    lease_id=ll.lease_id,
+                )
+                self.hub.send(worker_id, w_pb2.ServerMessage(ack=ack))
+
+    def job_counts(self) -> Mapping[str, int]:
+        counts: dict[str, int] = {}
+        for state in self._states.values():
+            counts[state.value] = counts.get(state.value, 0) + 1
+        return counts
+
+    def job_slots_used(self, worker_id: str) -> int:
+        return len(self._slots.get(worker_id, ()))
+
+    # ------------------------------------------------------------------ client calls
+
+    async def submit(self, manifest: JobManifest, provenance: Mapping[str, str]) -> int:
+        job_id: int = await self._call(
+            Submit(manifest=manifest, provenance=tuple(sorted(provenance.items())))
+        )
+        return job_id
+
+    async def cancel(self, targets: list[TaskRef]) -> None:
+        await self._call(Cancel(targets=tuple(targets)))
+
+    def view(self, job_id: int) -> JobView:
+        try:
+            return self.sched.job(job_id)
+        except SchedulerError as e:
+            raise JobRequestError(str(e), "NOT_FOUND") from None
+
+    def states(self) -> list[tuple[int, JobState]]:
+        """Every job's id and current state, in id order."""
+        return sorted(self._states.items())
+
+    def state_of(self, job_id: int) -> JobState:
+        state = self._states.get(job_id)
+        if state is None:
+            raise JobRequestError(
+                f"unknown job id {job_id}; see `rbs job list --history`", "NOT_FOUND"
+            )
+        return state

@@ -1,0 +1,445 @@
+"""The Workers service: each worker's long-lived stream, and the hub that drives dispatch.
+
+`WorkerHub` owns the `Dispatcher` (pure) and the open worker sessions. It feeds the
+dispatcher events (register, heartbeat, lease started/finished, stream ended, timer
+ticks) and carries out its instructions: an `ActionLease` goes down the worker's
+stream, a lost worker's leases come back as new leases on other workers, and an
+operation that ran out of attempts is failed through the `ActionEvents` listener (the
+Execution engine). Job messages are passed to an optional `JobEvents` listener, which
+the job scheduler sets; it sends job leases with `send`.
+
+`WorkersServicer` is the thin gRPC edge: it converts messages and routes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol
+
+import grpc
+from google.protobuf import duration_pb2, timestamp_pb2
+from google.rpc import status_pb2
+
+from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
+from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
+from rbs.scheduler.dispatch import (
+    CancelLease,
+    Dispatcher,
+    FailOperation,
+    Instruction,
+    Lease,
+    QueuedAction,
+    StartLease,
+    WorkerInfo,
+    WorkerState,
+)
+from rbs.server.operations import OperationStore
+from rbs.wire.errors import InvalidRequest, rpc_errors
+from rbs.wire.reapi import digest_to_proto, function_to_proto
+
+log = logging.getLogger(__name__)
+
+JOB_STATES = (
+    "PENDING",
+    "RUNNING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "PREEMPTED",
+)
+
+
+class ActionEvents(Protocol):
+    """What the hub tells the Execution engine about leases."""
+
+    def action_leased(self, lease: Lease) -> None: ...
+    def action_started(self, lease: Lease) -> None: ...
+    async def action_finished(
+        self, operation: str, status: status_pb2.Status, result: re_pb2.ActionResult
+    ) -> None: ...
+    def action_failed(self, operation: str, message: str) -> None: ...
+
+
+class JobEvents(Protocol):
+    """What the hub tells the job scheduler: workers coming and going, job messages."""
+
+    def worker_connected(self, info: WorkerInfo, held_job_leases: tuple[str, ...]) -> None: ...
+    def worker_lost(self, worker_id: str) -> None: ...
+    async def job_message(self, worker_id: str, message: w_pb2.WorkerMessage) -> None: ...
+    def job_counts(self) -> Mapping[str, int]: ...
+    def job_slots_used(self, worker_id: str) -> int: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HubConfig:
+    heartbeat_interval: float = 5.0
+    heartbeat_timeout: float = 30.0
+    reconnect_grace: float = 10.0
+    max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval <= 0 or self.heartbeat_timeout <= self.heartbeat_interval:
+            raise ValueError(
+                "heartbeat_interval must be positive and heartbeat_timeout longer than it "
+                f"(got {self.heartbeat_interval:g}s and {self.heartbeat_timeout:g}s)"
+            )
+
+
+class _Session:
+    """One open Connect stream: messages to send, ended by None."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.outbox: asyncio.Queue[w_pb2.ServerMessage | None] = asyncio.Queue()
+
+
+class WorkerHub:
+    """Worker sessions plus the dispatcher; see the module docstring."""
+
+    def __init__(
+        self,
+        store: OperationStore,
+        config: HubConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or HubConfig()
+        self.dispatcher = Dispatcher(
+            heartbeat_timeout=self.config.heartbeat_timeout,
+            reconnect_grace=self.config.reconnect_grace,
+            max_attempts=self.config.max_attempts,
+        )
+        # Lease ids must never repeat across restarts: a worker may still hold an old one.
+        self.dispatcher.set_lease_prefix(f"{uuid.uuid4().hex[:8]}-")
+        self._store = store
+        self._clock = clock
+        self._sessions: dict[str, _Session] = {}
+        self.actions: ActionEvents | None = None
+        self.jobs: JobEvents | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._lost_seen: set[str] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._reaper is None:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap())
+
+    async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            await asyncio.gather(self._reaper, return_exceptions=True)
+            self._reaper = None
+        for s in list(self._sessions.values()):
+            s.outbox.put_nowait(None)
+
+    async def _reap(self) -> None:
+        period = min(1.0, self.config.heartbeat_interval, self.config.reconnect_grace or 1.0)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                self._carry_out(self.dispatcher.tick(self._clock()))
+                self._note_lost()
+            except Exception:
+                log.exception("worker reaper step failed; continuing")
+
+    def restore(self, workers: list[tuple[str, str, float]], leases: list[Lease]) -> None:
+        """After a restart: known workers (as disconnected) and the leases they held."""
+        now = self._clock()
+        by_worker: dict[str, list[Lease]] = {}
+        for lease in leases:
+            by_worker.setdefault(lease.worker_id, []).append(lease)
+        for worker_id, info_json, _ in workers:
+            try:
+                info = _info_from_json(info_json)
+            except (ValueError, TypeError) as e:
+                log.warning("ignoring unreadable record of worker %s: %s", worker_id, e)
+                continue
+            self.dispatcher.restore(info, by_worker.pop(worker_id, []), now)
+        for orphans in by_worker.values():
+            for lease in orphans:
+                self.submit(lease.action)
+
+    # ------------------------------------------------------------------ actions
+
+    def submit(self, action: QueuedAction) -> None:
+        self._carry_out(self.dispatcher.submit(action))
+
+    def complete(self, operation: str) -> None:
+        self._carry_out(self.dispatcher.complete(operation))
+
+    def send(self, worker_id: str, message: w_pb2.ServerMessage) -> bool:
+        """Queue a message for a connected worker; False when it is not connected."""
+        session = self._sessions.get(worker_id)
+        if session is None:
+            return False
+        session.outbox.put_nowait(message)
+        return True
+
+    def _carry_out(self, instructions: list[Instruction]) -> None:
+        for ins in instructions:
+            if isinstance(ins, StartLease):
+                lease = self.dispatcher.lease(ins.lease_id)
+                assert lease is not None
+                if self.actions is not None:
+                    self.actions.action_leased(lease)
+                a = ins.action
+                msg = w_pb2.ServerMessage(
+                    action_lease=w_pb2.ActionLease(
+                        lease_id=ins.lease_id,
+                        operation_name=a.operation,
+                        action_digest=digest_to_proto(a.action_digest),
+                        digest_function=function_to_proto(a.action_digest.function),
+                        timeout=duration_pb2.Duration(
+                            seconds=int(a.timeout_s), nanos=int((a.timeout_s % 1) * 1e9)
+                        ),
+                        attempt=a.attempt,
+                    )
+                )
+                if not self.send(ins.worker_id, msg):
+                    log.warning("worker %s has no open stream for %s", ins.worker_id, ins.lease_id)
+                log.info(
+                    "lease %s: %s attempt %d -> worker %s",
+                    ins.lease_id,
+                    a.operation,
+                    a.attempt,
+                    ins.worker_id,
+                )
+            elif isinstance(ins, CancelLease):
+                log.info("cancel lease %s on %s: %s", ins.lease_id, ins.worker_id, ins.reason)
+                self.send(
+                    ins.worker_id,
+                    w_pb2.ServerMessage(
+                        cancel_action=w_pb2.CancelAction(lease_id=ins.lease_id, reason=ins.reason)
+                    ),
+                )
+            elif isinstance(ins, FailOperation):
+                log.warning("%s failed: %s", ins.operation, ins.message)
+                if self.actions is not None:
+                    self.actions.action_failed(ins.operation, ins.message)
+
+    def _note_lost(self) -> None:
+        for view in self.dispatcher.workers():
+            wid = view.info.worker_id
+            if view.state is WorkerState.LOST and wid not in self._lost_seen:
+                self._lost_seen.add(wid)
+                log.warning("worker %s is lost", wid)
+                session = self._sessions.get(wid)
+                if session is not None:
+                    # Silent but still connected (frozen, overloaded): end its stream so
+                    # that, if it wakes up, it registers afresh and drops what it holds.
+                    session.outbox.put_nowait(None)
+                if self.jobs is not None:
+                    self.jobs.worker_lost(wid)
+
+    # ------------------------------------------------------------------ sessions
+
+    def attach(self, register: w_pb2.Register) -> _Session:
+        info = _info_from_proto(register)
+        old = self._sessions.get(info.worker_id)
+        if old is not None:
+            # The worker opened a new stream before we noticed the old one end.
+            old.outbox.put_nowait(None)
+        session = _Session(info.worker_id)
+        self._sessions[info.worker_id] = session
+        self._lost_seen.discard(info.worker_id)
+        self._store.save_worker(info.worker_id, json.dumps(asdict(info)), time.time())
+        session.outbox.put_nowait(
+            w_pb2.ServerMessage(
+                registered=w_pb2.Registered(
+                    worker_id=info.worker_id,
+                    heartbeat_interval=duration_pb2.Duration(
+                        seconds=int(self.config.heartbeat_interval),
+                        nanos=int((self.config.heartbeat_interval % 1) * 1e9),
+                    ),
+                )
+            )
+        )
+        log.info(
+            "worker %s (%s) connected: %d build slot(s), %d job slot(s)",
+            info.worker_id,
+            info.hostname,
+            info.build_slots,
+            info.job_slots,
+        )
+        held = tuple(register.held_action_leases)
+        self._carry_out(self.dispatcher.connect(info, held, self._clock()))
+        if self.jobs is not None:
+            self.jobs.worker_connected(info, tuple(register.held_job_leases))
+        return session
+
+    def detach(self, session: _Session) -> None:
+        if self._sessions.get(session.worker_id) is not session:
+            return  # replaced by a newer stream of the same worker
+        del self._sessions[session.worker_id]
+        log.info("worker %s disconnected", session.worker_id)
+        self._carry_out(self.dispatcher.disconnect(session.worker_id, self._clock()))
+        self._note_lost()
+
+    async def handle(self, worker_id: str, msg: w_pb2.WorkerMessage) -> None:
+        kind = msg.WhichOneof("kind")
+        if kind == "heartbeat":
+            self.dispatcher.heartbeat(worker_id, self._clock())
+        elif kind == "action_started":
+            lease = self.dispatcher.started(msg.action_started.lease_id)
+            if lease is not None and self.actions is not None:
+                self.actions.action_started(lease)
+        elif kind == "action_finished":
+            fin = msg.action_finished
+            op = self.dispatcher.operation_of(fin.lease_id)
+            self._carry_out(self.dispatcher.finished(fin.lease_id))
+            if op is None:
+                log.info("ignoring result of unknown lease %s from %s", fin.lease_id, worker_id)
+            elif self.actions is not None:
+                await self.actions.action_finished(op, fin.status, fin.result)
+        elif kind in ("job_started", "job_finished", "log_lines"):
+            if self.jobs is not None:
+                await self.jobs.job_message(worker_id, msg)
+            else:
+                log.warning("worker %s sent %s but no job scheduler is running", worker_id, kind)
+        elif kind == "register":
+            raise InvalidRequest("Register may only be the first message of a Connect stream")
+        # Heartbeats also prove liveness: any message counts.
+        self.dispatcher.heartbeat(worker_id, self._clock())
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> w_pb2.ClusterStatus:
+        now_mono, now_wall = self._clock(), time.time()
+        counts = dict.fromkeys(JOB_STATES, 0)
+        if self.jobs is not None:
+            counts.update(self.jobs.job_counts())
+        out = w_pb2.ClusterStatus(
+            queued_actions=self.dispatcher.queued,
+            running_actions=self.dispatcher.running,
+            jobs_by_state=counts,
+            now=_timestamp(now_wall),
+        )
+        for v in self.dispatcher.workers():
+            i = v.info
+            out.workers.append(
+                w_pb2.WorkerStatus(
+                    worker_id=i.worker_id,
+                    name=i.name,
+                    hostname=i.hostname,
+                    address=i.address,
+                    cpus=i.cpus,
+                    memory_bytes=i.memory_bytes,
+                    gpu_ids=i.gpu_ids,
+                    build_slots=i.build_slots,
+                    build_slots_used=v.build_slots_used,
+                    job_slots=i.job_slots,
+                    job_slots_used=self.jobs.job_slots_used(i.worker_id) if self.jobs else 0,
+                    state=v.state.value,
+                    last_heartbeat=_timestamp(now_wall - (now_mono - v.last_heartbeat)),
+                    version=i.version,
+                    container_runtimes=i.container_runtimes,
+                )
+            )
+        return out
+
+
+def _timestamp(t: float) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(int(t * 1e9))
+    return ts
+
+
+def _info_from_proto(r: w_pb2.Register) -> WorkerInfo:
+    try:
+        return WorkerInfo(
+            worker_id=r.worker_id,
+            name=r.name or r.hostname,
+            hostname=r.hostname,
+            address=r.address,
+            cpus=r.cpus,
+            memory_bytes=r.memory_bytes,
+            gpu_ids=tuple(r.gpu_ids),
+            build_slots=r.build_slots,
+            job_slots=r.job_slots,
+            container_runtimes=tuple(r.container_runtimes),
+            version=r.version,
+        )
+    except ValueError as e:
+        raise InvalidRequest(f"bad Register message: {e}") from None
+
+
+def _info_from_json(text: str) -> WorkerInfo:
+    data: dict[str, Any] = json.loads(text)
+    # Records written by another rbs version may have other fields: keep the known ones.
+    known = {f.name for f in fields(WorkerInfo)}
+    data = {k: v for k, v in data.items() if k in known}
+    for key in ("gpu_ids", "container_runtimes"):
+        data[key] = tuple(data.get(key, ()))
+    return WorkerInfo(**data)
+
+
+class WorkersServicer(w_grpc.WorkersServicer):  # type: ignore[misc]
+    """gRPC edge of the hub: one Connect stream per worker, and Status."""
+
+    def __init__(self, hub: WorkerHub) -> None:
+        self._hub = hub
+
+    @rpc_errors
+    async def Connect(
+        self,
+        request_iterator: AsyncIterator[w_pb2.WorkerMessage],
+        context: grpc.aio.ServicerContext[w_pb2.WorkerMessage, w_pb2.ServerMessage],
+    ) -> AsyncIterator[w_pb2.ServerMessage]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("kind") != "register":
+            raise InvalidRequest(
+                "the first message of a Connect stream must be Register (worker id and "
+                "resources); upgrade the worker to the server's rbs version"
+            )
+        session = self._hub.attach(first.register)
+        reader = asyncio.get_running_loop().create_task(
+            self._read(request_iterator, session), name=f"worker-{session.worker_id}"
+        )
+        try:
+            while True:
+                msg = await session.outbox.get()
+                if msg is None:
+                    break
+                yield msg
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            self._hub.detach(session)
+
+    async def _read(
+        self, request_iterator: AsyncIterator[w_pb2.WorkerMessage], session: _Session
+    ) -> None:
+        try:
+            async for msg in request_iterator:
+                try:
+                    await self._hub.handle(session.worker_id, msg)
+                except InvalidRequest as e:
+                    log.warning("worker %s sent a bad message: %s", session.worker_id, e)
+                except Exception:
+                    # One message failing must not end the session or the server.
+                    log.exception("handling a message of worker %s failed", session.worker_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            # A broken stream ends this session; the worker reconnects.
+            log.warning("stream of worker %s ended: %s", session.worker_id, e)
+        session.outbox.put_nowait(None)
+
+    @rpc_errors
+    async def Status(
+        self,
+        request: w_pb2.StatusRequest,
+        context: grpc.aio.ServicerContext[w_pb2.StatusRequest, w_pb2.ClusterStatus],
+    ) -> w_pb2.ClusterStatus:
+        return self._hub.status()

@@ -1,0 +1,12 @@
+"""Fixtures for the execution unit tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from rbs.cas.memory import MemoryStore
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore()
