@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
+from rbs.client.errors import JobError
 from rbs.client.http import HttpConnection, HttpError
 
 # Not imported from typing, which costs `rbs job submit` start-up for nothing at run
@@ -37,10 +38,6 @@ if TYPE_CHECKING:
 TERMINAL = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED"}
 )
-
-
-class JobError(Exception):
-    """A request the cluster refused; the message says why and what to do."""
 
 
 class JobInfo:

@@ -67,7 +67,7 @@ def collect_entries(
     specs: Sequence[str], cwd: Path, function: DigestFunction
 ) -> tuple[dict[str, TreeEntry | None], dict[Digest, Path]]:
     """Relative path -> leaf for every staged file, and digest -> a local file holding it."""
-    from rbs.client.targets import is_target_input, target_entries
+    from rbs.client.built import is_target_input, target_entries
 
     entries: dict[str, TreeEntry | None] = {}
     sources: dict[Digest, Path] = {}
