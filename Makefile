@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.rbs-setup
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint typecheck unit proto proto-check bench clean-venv system-deps
+.PHONY: setup demo test lint layout typecheck unit proto proto-check bench clean-venv system-deps
 
 setup: $(STAMP)
 
@@ -36,13 +36,17 @@ lint: setup
 	$(VENV)/bin/ruff format --check rbs tests bench scripts
 	$(VENV)/bin/ruff check rbs tests bench scripts
 
+# Package arrows, import cycles, duplicate class names, module sizes (docs/ARCHITECTURE.md).
+layout: setup
+	$(PY) scripts/check_layout.py
+
 typecheck: setup
 	$(VENV)/bin/mypy
 
 unit: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: setup system-deps proto-check lint typecheck unit
+test: setup system-deps proto-check lint layout typecheck unit
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
