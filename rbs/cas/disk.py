@@ -37,16 +37,16 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from rbs.cas import eviction, fileio
+from rbs.cas.diskbatch import BatchableStore, DiskBatch
 from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, StoreFull
-from rbs.cas.store import CHUNK, Batch, BlobStore, BlobWriter
+from rbs.cas.eviction import TOUCH_INTERVAL
+from rbs.cas.store import CHUNK, Batch, BlobWriter
 from rbs.cas.verify import verifying_reader
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE = 3 * 3600.0
-# A used blob's mtime is refreshed at most this often; gc adds it to the lease.
-TOUCH_INTERVAL = 60.0
 # Files up to this size are read whole and hashed before anything is written.
 SMALL_FILE = 4 << 20
 _VERIFIED_MAX = 200_000
@@ -88,7 +88,7 @@ class _DiskWriter(BlobWriter):
                 self.abort()
 
 
-class DiskStore(BlobStore):
+class DiskStore(BatchableStore):
     """Blobs as files under `root`; see the module docstring for layout and guarantees.
 
     `max_size` bounds the store: when a write takes it over, least recently used blobs
@@ -208,8 +208,6 @@ class DiskStore(BlobStore):
         return _DiskWriter(self, expected)
 
     def batch(self) -> Batch:
-        from rbs.cas.diskbatch import DiskBatch
-
         return DiskBatch(self)
 
     def put_file(

@@ -5,24 +5,55 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from abc import abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rbs.cas import fileio
-from rbs.cas.store import Batch, StrPath
+from rbs.cas.store import Batch, BlobStore, StrPath
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
-
-if TYPE_CHECKING:
-    from rbs.cas.disk import DiskStore
 
 # With syncfs a group costs one sync however many files it holds; without it, each
 # file stays open until its group is fsynced, so groups must stay under the fd limit.
 GROUP_SYNCFS = 4096
 GROUP_FSYNC = 256
 GROUP_BYTES = 256 << 20
+
+
+class BatchableStore(BlobStore):
+    """A blob store that writes through temp files it then installs: what a batch needs.
+
+    rbs.cas.disk.DiskStore is the one implementation. The batch depends on this base,
+    not on the disk module, so the arrow runs one way (disk uses diskbatch).
+    """
+
+    tmp_dir: Path
+    durable: bool
+    # Files above this size are stored with `put_file`, outside the batch.
+    small_file: int
+
+    @abstractmethod
+    def new_temp(self, label: str) -> tuple[int, str]:
+        """A fresh temp file (fd, path)."""
+
+    @abstractmethod
+    def install(
+        self,
+        fd: int | None,
+        tmp: str,
+        digest: Digest,
+        *,
+        synced: bool = False,
+        st: os.stat_result | None = None,
+        final: str | None = None,
+    ) -> None:
+        """Make a fully written temp file the blob `digest`."""
+
+    @abstractmethod
+    def os_error(self, e: OSError) -> Exception:
+        """The store's error for an OSError (a full disk becomes StoreFull)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +78,7 @@ class DiskBatch(Batch):
     Puts may come from several threads at once.
     """
 
-    def __init__(self, store: DiskStore) -> None:
+    def __init__(self, store: BatchableStore) -> None:
         super().__init__(store)
         self._disk = store
         self._syncfs = fileio.HAVE_SYNCFS

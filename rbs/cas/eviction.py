@@ -17,16 +17,37 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rbs.model import DigestFunction
 
-if TYPE_CHECKING:
-    from rbs.cas.disk import DiskStore
-
 # A temp file untouched this long belongs to a writer that died.
 STALE_TMP = 3600.0
+# A used blob's mtime is refreshed at most this often (rbs.cas.disk throttles its
+# touches by it); the lease is extended by as much to stay a guarantee.
+TOUCH_INTERVAL = 60.0
 _counter = itertools.count()
+
+
+class EvictableStore(Protocol):
+    """What eviction reads of a disk store: its folders and its bounds.
+
+    rbs.cas.disk.DiskStore is one; taking the protocol instead of importing it keeps
+    the arrow one way (disk uses eviction, never the reverse).
+    """
+
+    @property
+    def root(self) -> Path: ...
+    @property
+    def blob_dir(self) -> Path: ...
+    @property
+    def exec_dir(self) -> Path: ...
+    @property
+    def tmp_dir(self) -> Path: ...
+    @property
+    def max_size(self) -> int | None: ...
+    @property
+    def lease(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,7 +104,7 @@ class _Entry:
     has_blob: bool
 
 
-def _scan(store: DiskStore) -> list[_Entry]:
+def _scan(store: EvictableStore) -> list[_Entry]:
     """Every digest with a file under blobs/ or exec/ (an orphaned executable twin
     has no blob: `has_blob` is False)."""
     entries: dict[tuple[DigestFunction, str], _Entry] = {}
@@ -115,17 +136,15 @@ def _scan(store: DiskStore) -> list[_Entry]:
     return list(entries.values())
 
 
-def lease_start(store: DiskStore, now: float) -> float:
+def lease_start(store: EvictableStore, now: float) -> float:
     """Blobs used at or after this time are in their lease."""
-    from rbs.cas.disk import TOUCH_INTERVAL
-
     # Touches are throttled, so a blob used just now may show a mtime up to
     # TOUCH_INTERVAL old: the lease is extended by that much to stay a guarantee.
     # A lease of zero promises nothing, so it gets no extension either.
     return now - store.lease - (TOUCH_INTERVAL if store.lease > 0 else 0.0)
 
 
-def stat(store: DiskStore, now: float | None = None) -> StoreStats:
+def stat(store: EvictableStore, now: float | None = None) -> StoreStats:
     now = time.time() if now is None else now
     scanned = _scan(store)
     blobs = [e for e in scanned if e.has_blob]
@@ -155,7 +174,7 @@ def stat(store: DiskStore, now: float | None = None) -> StoreStats:
     )
 
 
-def collect(store: DiskStore, target: int | None, now: float | None = None) -> GcResult:
+def collect(store: EvictableStore, target: int | None, now: float | None = None) -> GcResult:
     """Evict until the store holds at most `target` bytes (None: only clean up temp
     files and orphaned executable twins)."""
     now = time.time() if now is None else now
@@ -192,7 +211,7 @@ def _lru(e: _Entry) -> float:
     return e.last_use
 
 
-def _evict(store: DiskStore, e: _Entry, lease_from: float | None) -> bool:
+def _evict(store: EvictableStore, e: _Entry, lease_from: float | None) -> bool:
     """Remove one digest's files unless it was used since the scan (see the module
     docstring). Returns whether it was removed."""
     hidden = []
@@ -217,7 +236,7 @@ def _evict(store: DiskStore, e: _Entry, lease_from: float | None) -> bool:
     return bool(hidden) and not touched
 
 
-def sweep_tmp(store: DiskStore, older_than: float, now: float | None = None) -> int:
+def sweep_tmp(store: EvictableStore, older_than: float, now: float | None = None) -> int:
     """Remove temp files not written to for `older_than` seconds; returns how many."""
     now = time.time() if now is None else now
     n = 0

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rbs.cas import eviction
-from rbs.cas.disk import TOUCH_INTERVAL, DiskStore
+from rbs.cas.disk import DiskStore
+from rbs.cas.eviction import TOUCH_INTERVAL
 from rbs.model import Digest
 
 HOUR = 3600.0
