@@ -74,7 +74,7 @@ class ActionHooks:
         cur.declared[path] = f
         return f
 
-    def _h_declare(self, filename: str, sibling: Any = None) -> dict[str, Any]:
+    def ctx_declare(self, filename: str, sibling: Any = None) -> dict[str, Any]:
         assert self._cur is not None
         return self._declare(
             self._cur, filename, sibling=sibling if isinstance(sibling, dict) else None
@@ -115,7 +115,7 @@ class ActionHooks:
             return info
         return None
 
-    def _h_action(self, kind: str, outputs: Any, **kw: Any) -> None:
+    def ctx_action(self, kind: str, outputs: Any, **kw: Any) -> None:
         cur = self._cur
         assert cur is not None
         outs: list[File] = []
@@ -231,7 +231,9 @@ class ActionHooks:
             cur.produced.add(out)
             self.producers[out] = idx
 
-    def _h_expand(self, text: str, vars: dict[str, str], targets: list[Any], attribute: str) -> str:
+    def ctx_expand(
+        self, text: str, vars: dict[str, str], targets: list[Any], attribute: str
+    ) -> str:
         cur = self._cur
         assert cur is not None
         pkg = cur.target.label.package

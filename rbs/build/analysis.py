@@ -244,11 +244,7 @@ class Analyzer(ActionHooks):
         cur = Current(target, deps)
         prev = self._cur
         self._cur = cur
-        hooks = self.loader.impl_hooks
-        saved = dict(hooks)
-        hooks.update(
-            _rbs_declare=self._h_declare, _rbs_action=self._h_action, _rbs_expand=self._h_expand
-        )
+        prev_impl, self.loader.impl = self.loader.impl, self
         try:
             data = self._ctx_data(target, deps, cur)
             result = self.loader.call_impl(target.rule, data)
@@ -256,15 +252,16 @@ class Analyzer(ActionHooks):
             raise self._impl_error(target, str(e)) from None
         finally:
             self._cur = prev
-            hooks.clear()
-            hooks.update(saved)
+            self.loader.impl = prev_impl
         return self._finish(target, cur, result)
 
     def _impl_error(self, target: Target, text: str) -> BuildError:
         msg = starlark_message(text)
         is_fail = "error: fail:" in text
-        loc = location_from_starlark(text) if is_fail else target.location
-        where = f" (defined at {target.location})" if is_fail and target.location else ""
+        # A fail() inside the prelude names no user file: the target's own line then.
+        loc = (location_from_starlark(text) or target.location) if is_fail else target.location
+        moved = target.location is not None and loc != target.location
+        where = f" (defined at {target.location})" if moved else ""
         hint = (
             "fix the target's attributes, or the rule that called fail()"
             if is_fail

@@ -66,15 +66,16 @@ class BuildResult:
         return Digest(function=DigestFunction.BLAKE3, hash=h, size=size), exe
 
 
-_ANALYSIS_MODULES = (
-    "actions",
-    "analysis",
-    "expand",
-    "graph",
-    "labels",
-    "loader",
-    "prelude",
-    "rules",
+_ANALYSIS_FILES = (
+    "actions.py",
+    "analysis.py",
+    "expand.py",
+    "graph.py",
+    "labels.py",
+    "loader.py",
+    "prelude.rbs",
+    "rules.py",
+    "starlark_env.py",
 )
 
 
@@ -106,7 +107,7 @@ def _analysis(
     deps.update(loader.dirs_read)
     # The analysis code itself: an upgraded (or edited) rbs must not reuse old graphs.
     here = Path(__file__).resolve().parent
-    deps.update(str(here / f"{m}.py") for m in _ANALYSIS_MODULES)
+    deps.update(str(here / name) for name in _ANALYSIS_FILES)
     deps.add("WORKSPACE" if (root / "WORKSPACE").exists() else "WORKSPACE.bazel")
     save_analysis(root, request, deps, (labels, graph))
     return labels, graph, False, sorted(deps)

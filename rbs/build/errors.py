@@ -50,20 +50,30 @@ def location_from_starlark(text: str, prefer_file: str | None = None) -> Locatio
     """The most useful location named in a rendered Starlark error.
 
     Starlark reports the innermost frame first; a user wants the line of *their* file
-    (the BUILD file being loaded) when the error surfaced inside a rule library.
+    (the BUILD file being loaded) when the error surfaced inside a rule library. Code
+    rbs evaluates under a `<...>` name (the prelude) is never named: the innermost frame
+    in a real file is, or nothing when there is none.
     """
-    markers = [(f, int(ln), int(col)) for f, ln, col in _MARKER.findall(text)]
+    markers = [(f, int(ln), int(col)) for f, ln, col in _MARKER.findall(text) if _real(f)]
+    frames = [(f, int(ln)) for f, ln in _FRAME.findall(text) if _real(f)]
     if prefer_file is not None:
         for f, ln, col in markers:
             if f == prefer_file:
                 return Location(file=f, line=ln, column=col)
-        for f, ln in _FRAME.findall(text):
+        for f, ln in frames:
             if f == prefer_file:
-                return Location(file=f, line=int(ln), column=0)
+                return Location(file=f, line=ln, column=0)
     if markers:
         f, ln, col = markers[0]
         return Location(file=f, line=ln, column=col)
+    if frames:
+        f, ln = frames[-1]  # frames run outermost first
+        return Location(file=f, line=ln, column=0)
     return None
+
+
+def _real(file: str) -> bool:
+    return not file.startswith("<")
 
 
 def starlark_message(text: str) -> str:

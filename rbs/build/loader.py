@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,27 +18,21 @@ from rbs.build.errors import (
     starlark_message,
 )
 from rbs.build.labels import RBS_REPO, Label, parse_label, parse_load_label
-from rbs.build.prelude import BUILD_PRELUDE, BUILTINS_MODULE, PRELUDE, RBS_PRELUDE
 from rbs.build.rules import AttrSpec, Package, RuleClass, Target, check_attrs
+from rbs.build.starlark_env import (
+    BUILD_FILE,
+    BUILTINS_MODULE,
+    GLOBALS,
+    RBS_FILE,
+    FileKind,
+    ImplHooks,
+    prelude_ast,
+)
 from rbs.build.workspace import Workspace, glob, missing_package, package_files
 
 log = logging.getLogger(__name__)
 
-GLOBALS = sl.Globals.extended_by(
-    [
-        sl.LibraryExtension.StructType,
-        sl.LibraryExtension.Print,
-        sl.LibraryExtension.Json,
-        sl.LibraryExtension.CallStack,
-    ]
-)
-RBS_DIALECT = sl.Dialect.extended()
-RBS_DIALECT.enable_f_strings = True
-BUILD_DIALECT = sl.Dialect.standard()
-BUILD_DIALECT.enable_def = False
-BUILD_DIALECT.enable_lambda = False
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)\s*=\s*(rule|provider)\s*\(", re.MULTILINE)
-_PRELUDE_AST: Any = None
 # load() targets of Bazel rule sets whose rules rbs provides itself (same names).
 COMPAT_MODULES = {"@rules_python//python:defs.bzl", "@rules_python//python:py_binary.bzl"}
 COMPAT_REPOS = {
@@ -47,13 +40,6 @@ COMPAT_REPOS = {
     "@rules_shell//shell",
     "@bazel_tools//tools/build_defs/shell",
 }
-
-
-def _prelude_ast() -> Any:
-    global _PRELUDE_AST
-    if _PRELUDE_AST is None:
-        _PRELUDE_AST = sl.parse("<rbs prelude>", PRELUDE, RBS_DIALECT)
-    return _PRELUDE_AST
 
 
 def display_path(label: Label) -> str:
@@ -80,7 +66,7 @@ class Loader:
         self._file_lists: dict[str, list[str]] = {}
         self.inner_error: BuildError | None = None
         # Set by the analyser while a rule implementation runs.
-        self.impl_hooks: dict[str, Callable[..., Any]] = {}
+        self.impl: ImplHooks | None = None
 
     # -- modules ---------------------------------------------------------------------
 
@@ -126,18 +112,13 @@ class Loader:
         self._loading.append(label)
         try:
             text = self._read(label)
-            m = sl.Module()
-            self._add_callables(m, label)
-            sl.eval(m, _prelude_ast(), GLOBALS)
+            m = self._new_module(RBS_FILE, label)
             loader = self._file_loader(label)
-            is_rbs_repo = label.repo == RBS_REPO
-            if (
-                not (is_rbs_repo and label.path == BUILTINS_MODULE.split("//")[1])
-                and not is_rbs_repo
-            ):
-                sl.eval(m, sl.parse("<rbs natives>", RBS_PRELUDE, RBS_DIALECT), GLOBALS, loader)
+            if label.repo != RBS_REPO:
+                # The shipped rules are what `native` is made of; they do without it.
+                sl.eval(m, RBS_FILE.natives_ast(), GLOBALS, loader)
             try:
-                ast = sl.parse(display_path(label), text, RBS_DIALECT)
+                ast = sl.parse(display_path(label), text, RBS_FILE.dialect)
                 sl.eval(m, ast, GLOBALS, loader)
                 self._merge_providers(m, ast, loader)
             except sl.StarlarkError as e:
@@ -163,9 +144,8 @@ class Loader:
             lines.append(f"for __k, __v in __rbs_p{i}().items():")
             lines.append("    if __k not in _PROVIDERS:")
             lines.append("        _PROVIDERS[__k] = __v")
-        sl.eval(
-            m, sl.parse("<rbs providers>", "\n".join(lines) + "\n", RBS_DIALECT), GLOBALS, loader
-        )
+        text = "\n".join(lines) + "\n"
+        sl.eval(m, sl.parse("<rbs providers>", text, RBS_FILE.dialect), GLOBALS, loader)
 
     def _name_rules(self, label: Label, text: str) -> None:
         # rule() cannot know the name it is assigned to; the assignments in the source do.
@@ -181,57 +161,53 @@ class Loader:
             if len(names["provider"]) == len(pkeys):
                 self.providers[key] = names["provider"][i]
 
-    def _add_callables(self, m: Any, label: Label) -> None:
-        def new_rule(attrs: dict[str, Any], executable: bool, test: bool, doc: str) -> str:
-            specs: dict[str, AttrSpec] = {}
-            for name, d in attrs.items():
-                if not isinstance(d, dict) or "_attr" not in d:
-                    raise ValueError(
-                        f"attrs[{name!r}] must be made by attr.*(), e.g. attr.label_list()"
-                    )
-                if name == "name":
-                    raise ValueError("'name' is implicit: every rule has it; remove it from attrs")
-                specs[name] = AttrSpec.from_starlark(name, d)
-            pending = self._pending_rules.setdefault(label, [])
-            key = f"{label}%{len(pending)}"
-            pending.append(key)
-            self.rules[key] = RuleClass(
-                key=key,
-                kind=f"rule#{len(pending) - 1}",
-                module=label,
-                attrs=specs,
-                executable=bool(executable),
-                test=bool(test),
-                doc=str(doc),
-            )
-            return key
+    def _new_module(self, kind: FileKind, label: Label) -> Any:
+        """A fresh module holding the builtins of `kind` (and the prelude of `.rbs` files)."""
+        m = sl.Module()
+        kind.bind(m, self, label)
+        if kind.prelude:
+            sl.eval(m, prelude_ast(), GLOBALS)
+        return m
 
-        def new_provider(doc: str = "") -> str:
-            pending = self._pending_providers.setdefault(label, [])
-            key = f"{label}%p{len(pending)}"
-            pending.append(key)
-            self.providers[key] = key
-            return key
+    # -- builtins of .rbs files (the Host side of rbs.build.starlark_env) ---------------
 
-        m.add_callable("_rbs_new_rule", new_rule)
-        m.add_callable("_rbs_new_provider", new_provider)
-        m.add_callable("_rbs_register_target", self._register_target)
-        m.add_callable("_rbs_glob", self._glob)
-        m.add_callable("_rbs_package_name", self._package_name)
-        m.add_callable("_rbs_exports_files", self._exports_files)
-        # Job rules (@rbs//job/rules.rbs) check their values with the scheduler's parsers.
-        m.add_callable("_rbs_job_spec", _job_spec)
-        for name in ("_rbs_declare", "_rbs_action", "_rbs_expand"):
-            m.add_callable(name, self._hook(name))
+    def new_rule(
+        self, module: Label, attrs: dict[str, Any], executable: bool, test: bool, doc: str
+    ) -> str:
+        specs: dict[str, AttrSpec] = {}
+        for name, d in attrs.items():
+            if not isinstance(d, dict) or "_attr" not in d:
+                raise ValueError(
+                    f"attrs[{name!r}] must be made by attr.*(), e.g. attr.label_list()"
+                )
+            if name == "name":
+                raise ValueError("'name' is implicit: every rule has it; remove it from attrs")
+            specs[name] = AttrSpec.from_starlark(name, d)
+        pending = self._pending_rules.setdefault(module, [])
+        key = f"{module}%{len(pending)}"
+        pending.append(key)
+        self.rules[key] = RuleClass(
+            key=key,
+            kind=f"rule#{len(pending) - 1}",
+            module=module,
+            attrs=specs,
+            executable=bool(executable),
+            test=bool(test),
+            doc=str(doc),
+        )
+        return key
 
-    def _hook(self, name: str) -> Callable[..., Any]:
-        def call(**kw: Any) -> Any:
-            fn = self.impl_hooks.get(name)
-            if fn is None:
-                raise ValueError(f"{name[5:]} can only be called from a rule implementation")
-            return fn(**kw)
+    def new_provider(self, module: Label, doc: str = "") -> str:
+        pending = self._pending_providers.setdefault(module, [])
+        key = f"{module}%p{len(pending)}"
+        pending.append(key)
+        self.providers[key] = key
+        return key
 
-        return call
+    def running_impl(self, what: str) -> ImplHooks:
+        if self.impl is None:
+            raise ValueError(f"{what} can only be called from a rule implementation")
+        return self.impl
 
     # -- BUILD-file builtins ---------------------------------------------------------
 
@@ -242,7 +218,7 @@ class Loader:
             )
         return self._current
 
-    def _register_target(self, rule: str, name: Any, attrs: dict[str, Any], stack: str) -> None:
+    def register_target(self, rule: str, name: Any, attrs: dict[str, Any], stack: str) -> None:
         pkg = self._pkg("a rule")
         rc = self.rules[rule]
         if not isinstance(name, str):
@@ -282,7 +258,7 @@ class Loader:
             self._file_lists[package] = files
         return files
 
-    def _glob(
+    def glob(
         self,
         include: Any = None,
         exclude: Any = None,
@@ -298,12 +274,10 @@ class Loader:
         self.globbed.add(pkg.name)
         return glob(self.files_of(pkg.name), include or [], exclude or [], allow_empty=allow_empty)
 
-    def _package_name(self) -> str:
+    def package_name(self) -> str:
         return self._pkg("package_name()").name
 
-    def _exports_files(
-        self, srcs: Any = None, visibility: Any = None, licenses: Any = None
-    ) -> None:
+    def exports_files(self, srcs: Any = None, visibility: Any = None, licenses: Any = None) -> None:
         pkg = self._pkg("exports_files()")
         pkg.exported.update(srcs or [])
 
@@ -321,21 +295,13 @@ class Loader:
         text = path.read_text()
         self.files_read[rel] = path
         pkg = Package(name=name, build_file=rel, source_lines=text.splitlines())
-        m = sl.Module()
-        m.add_callable("glob", self._glob)
-        m.add_callable("package_name", self._package_name)
-        m.add_callable("repository_name", lambda: "@")
-        m.add_callable("exports_files", self._exports_files)
-        m.add_callable("package", lambda **kw: None)
-        m.add_callable("licenses", lambda *a, **kw: None)
-        m.add_callable("package_group", lambda **kw: None)
-        m.add_callable("select", _no_select)
         requester = Label(package=name, name=path.name)
+        m = self._new_module(BUILD_FILE, requester)
         loader = self._file_loader(requester)
         self._current = pkg
         try:
-            sl.eval(m, sl.parse("<rbs natives>", BUILD_PRELUDE, BUILD_DIALECT), GLOBALS, loader)
-            sl.eval(m, sl.parse(rel, text, BUILD_DIALECT), GLOBALS, loader)
+            sl.eval(m, BUILD_FILE.natives_ast(), GLOBALS, loader)
+            sl.eval(m, sl.parse(rel, text, BUILD_FILE.dialect), GLOBALS, loader)
         except sl.StarlarkError as e:
             inner, self.inner_error = self.inner_error, None
             raise (inner or _to_build_error(str(e), rel, pkg.source_lines)) from None
@@ -347,19 +313,6 @@ class Loader:
     def call_impl(self, rule: RuleClass, data: dict[str, Any]) -> Any:
         rid = rule.key
         return self.modules[rule.module].call("rbs_call_impl", rid, data)
-
-
-def _job_spec(**kw: Any) -> dict[str, Any]:
-    from rbs.build.jobtarget import job_spec
-
-    return job_spec(**kw)
-
-
-def _no_select(*args: Any, **kwargs: Any) -> Any:
-    raise ValueError(
-        "select() is not supported by rbs yet; give the attribute a plain value "
-        "(or choose it in a macro in a .rbs file)"
-    )
 
 
 def _renamed(rc: RuleClass, kind: str) -> RuleClass:

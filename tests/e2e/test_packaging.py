@@ -63,4 +63,9 @@ def test_wheel_holds_every_package_and_the_rules(tmp_path: Path) -> None:
     for rbs_file in ROOT.joinpath("rules").rglob("*.rbs"):
         rel = "rbs/rules/" + rbs_file.relative_to(ROOT / "rules").as_posix()
         assert rel in names, f"{rel} is missing from the wheel"
+    # Starlark files read from inside the package (the build's prelude.rbs) ship too.
+    for rbs_file in ROOT.joinpath("rbs").rglob("*.rbs"):
+        rel = rbs_file.relative_to(ROOT).as_posix()
+        assert rel in names, f"{rel} is missing from the wheel: list it in package-data"
+    assert "rbs/build/prelude.rbs" in names
     assert any(n.endswith(".dist-info/entry_points.txt") for n in names)
