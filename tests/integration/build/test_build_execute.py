@@ -219,37 +219,6 @@ def test_parallel_and_serial_builds_agree(make_ws: MakeWs, jobs: int) -> None:
     assert [out(root, f"pkg/o{i}").strip() for i in range(12)] == [str(i) for i in range(12)]
 
 
-def test_library_call_returns_outputs_and_runfiles_in_the_store(make_ws: MakeWs) -> None:
-    from rbs.build.artifacts import build_artifacts
-    from rbs.build.labels import Label
-    from rbs.cas.memory import MemoryStore
-    from rbs.cas.tree import walk_tree
-
-    root = make_ws(
-        {
-            "app/BUILD": (
-                'py_binary(name = "main", srcs = ["main.py"], data = [":cfg"])\n'
-                'genrule(name = "cfg", outs = ["cfg.json"], cmd = "echo {} > $@")\n'
-            ),
-            "app/main.py": "print('hi')\n",
-        }
-    )
-    store = MemoryStore()
-    arts = build_artifacts(root, ["//app:main", "//app:cfg"], store)
-    main = arts[Label(package="app", name="main")]
-    assert main.executable == "app/main"
-    assert set(main.runfiles) == {
-        "__main__/app/main",
-        "__main__/app/main.py",
-        "__main__/app/cfg.json",
-    }
-    assert main.runfiles_root is not None
-    walked = {p for p, e in walk_tree(store, main.runfiles_root) if e is not None}
-    assert walked == set(main.runfiles)
-    cfg = arts[Label(package="app", name="cfg")].files["app/cfg.json"]
-    assert cfg.digest is not None and store.get(cfg.digest) == b"{}\n"
-
-
 def test_new_file_in_a_globbed_subfolder_is_seen(make_ws: MakeWs) -> None:
     root = make_ws(
         {
