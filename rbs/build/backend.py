@@ -5,10 +5,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from rbs.build.engine import Backend, Outcome, OutputRef, out_path
+from rbs.build.engine import Backend, BackendOutcome, OutputRef, out_path
 from rbs.build.graph import BIN_DIR, ActionSpec
 from rbs.build.reapi import FUNCTION, prepare
-from rbs.build.runner import ActionCache, ActionRunner, LocalActionCache, LocalRunner
+from rbs.build.runner import ActionResultCache, ActionRunner, LocalActionCache, LocalRunner
 from rbs.cas.errors import CasError
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry
@@ -21,7 +21,7 @@ class StoreBackend(Backend):
     """Turns specs into REAPI actions in `store`, asks `cache`, runs misses on `runner`."""
 
     def __init__(
-        self, root: Path, store: BlobStore, cache: ActionCache, runner: ActionRunner
+        self, root: Path, store: BlobStore, cache: ActionResultCache, runner: ActionRunner
     ) -> None:
         self.root = root
         self.store = store
@@ -54,10 +54,12 @@ class StoreBackend(Backend):
                 "run `rbs clean` and build again"
             ) from None
 
-    def bring_up_to_date(self, spec: ActionSpec, inputs: dict[str, tuple[Digest, bool]]) -> Outcome:
+    def bring_up_to_date(
+        self, spec: ActionSpec, inputs: dict[str, tuple[Digest, bool]]
+    ) -> BackendOutcome:
         if spec.kind == "write":
             d = self.store.put(spec.content, function=FUNCTION)
-            return Outcome(
+            return BackendOutcome(
                 outputs=(
                     OutputRef(
                         path=spec.outputs[0], digest=d, executable=bool(spec.executable_outputs)
@@ -68,7 +70,7 @@ class StoreBackend(Backend):
             self._ensure_source(path, d)
         if spec.kind == "copy":
             d, _x = inputs[spec.inputs[0]]
-            return Outcome(
+            return BackendOutcome(
                 outputs=(
                     OutputRef(
                         path=spec.outputs[0], digest=d, executable=bool(spec.executable_outputs)
@@ -101,7 +103,7 @@ class StoreBackend(Backend):
                     f"the action did not create its declared output(s): {names}\n"
                     f"  command: {shlex.join(spec.argv)}"
                 )
-            return Outcome(error=msg, exit_code=res.exit_code, log=log)
+            return BackendOutcome(error=msg, exit_code=res.exit_code, log=log)
         if not cached:
             self.cache.put(prepared, res)
         marked = set(spec.executable_outputs)
@@ -109,7 +111,7 @@ class StoreBackend(Backend):
             OutputRef(path=o.path, digest=o.digest, executable=o.executable or o.path in marked)
             for o in res.outputs
         )
-        return Outcome(outputs=outs, cached=cached, log=log)
+        return BackendOutcome(outputs=outs, cached=cached, log=log)
 
 
 def local_backend(root: Path, *, store_dir: Path | None = None) -> StoreBackend:

@@ -228,7 +228,7 @@ class Executor:
 
     def _check(
         self, spec: ActionSpec, digests: dict[str, tuple[Digest, bool]]
-    ) -> _Pending | tuple[str, tuple[tuple[str, str, bool], ...]] | str:
+    ) -> _ChangedAction | tuple[str, tuple[tuple[str, str, bool], ...]] | str:
         """The memo entry if the action is unchanged, else what running it needs
         (or a failure message when an input is gone)."""
         if spec.is_test and self.test_timeout:
@@ -246,7 +246,7 @@ class Executor:
         memo = self.state.memo.get(sig)
         if memo is not None and self._outputs_intact(memo):
             return sig, memo
-        return _Pending(spec=spec, inputs=inputs, sig=sig)
+        return _ChangedAction(spec=spec, inputs=inputs, sig=sig)
 
     def _memo_hit(
         self,
@@ -268,7 +268,7 @@ class Executor:
     def _one(
         self,
         spec: ActionSpec,
-        pending: _Pending | str,
+        pending: _ChangedAction | str,
         digests: dict[str, tuple[Digest, bool]],
         report: Report,
         idx: int,
@@ -335,7 +335,7 @@ class Executor:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Pending:
+class _ChangedAction:
     """A changed action with its input digests and memo signature."""
 
     spec: ActionSpec
@@ -346,7 +346,9 @@ class _Pending:
 class Backend:
     """The store-side half of execution (imported lazily; see backend.py)."""
 
-    def bring_up_to_date(self, spec: ActionSpec, inputs: dict[str, tuple[Digest, bool]]) -> Outcome:
+    def bring_up_to_date(
+        self, spec: ActionSpec, inputs: dict[str, tuple[Digest, bool]]
+    ) -> BackendOutcome:
         raise NotImplementedError
 
     def export(self, digest: Digest, dest: Path, executable: bool) -> None:
@@ -360,7 +362,9 @@ class Backend:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
+class BackendOutcome:
+    """What bringing one action up to date gave: its outputs (run or cached), or an error."""
+
     outputs: tuple[OutputRef, ...] = ()
     cached: bool = False
     error: str = ""

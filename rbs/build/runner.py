@@ -20,9 +20,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 
+from rbs.build.execroot import ExecRoot
 from rbs.build.protos import re_pb2
 from rbs.build.reapi import FUNCTION, ExecResult, OutputFile, PreparedAction, from_result, to_result
-from rbs.build.sandbox import Sandbox
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry, materialize
 from rbs.model import Digest
@@ -30,8 +30,9 @@ from rbs.model import Digest
 _seq = itertools.count()
 
 
-class ActionCache(ABC):
-    """Action digest -> ActionResult, for successful actions only."""
+class ActionResultCache(ABC):
+    """The build's view of an action cache: Action digest -> ActionResult, for successful
+    actions only (local: `LocalActionCache`; remote: rbs.client.remote_runner)."""
 
     @abstractmethod
     def get(self, action: PreparedAction) -> ExecResult | None: ...
@@ -40,7 +41,7 @@ class ActionCache(ABC):
     def put(self, action: PreparedAction, result: ExecResult) -> None: ...
 
 
-class LocalActionCache(ActionCache):
+class LocalActionCache(ActionResultCache):
     """One file per entry, `<root>/<hh>/<hash>`, holding the serialized ActionResult.
 
     A hit counts only if every output blob is still in the store (the store may evict).
@@ -116,8 +117,8 @@ class LocalRunner(ActionRunner):
         # Finished sandboxes are deleted by one background thread, off the critical path.
         self._trash: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
         self._cleaner: threading.Thread | None = None
-        # Sandboxes are reused between actions (see sandbox.py); these are free now.
-        self._idle: list[Sandbox] = []
+        # Exec roots are reused between actions (see execroot.py); these are free now.
+        self._idle: list[ExecRoot] = []
         self._lock = threading.Lock()
 
     def execute(self, action: PreparedAction) -> ExecResult:
@@ -135,25 +136,25 @@ class LocalRunner(ActionRunner):
             finally:
                 if not self.keep:
                     self._discard(box)
-        sandbox = self._acquire()
+        root = self._acquire()
         reusable = False
         try:
-            sandbox.populate(action.entries)
-            result = self._run(action, sandbox.exec_root, sandbox.tmp)
-            reusable = sandbox.reset()
+            root.populate(action.entries)
+            result = self._run(action, root.exec_root, root.tmp)
+            reusable = root.reset()
             return result
         finally:
             if reusable:
                 with self._lock:
-                    self._idle.append(sandbox)
+                    self._idle.append(root)
             else:
-                self._discard(sandbox.box)
+                self._discard(root.box)
 
-    def _acquire(self) -> Sandbox:
+    def _acquire(self) -> ExecRoot:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return Sandbox(self.sandbox_root, self.exec_root_name, self.store)
+        return ExecRoot(self.sandbox_root, self.exec_root_name, self.store)
 
     def _discard(self, box: Path) -> None:
         if self._cleaner is None:
@@ -171,8 +172,8 @@ class LocalRunner(ActionRunner):
         """Delete the idle sandboxes; wait until every finished sandbox is deleted."""
         with self._lock:
             idle, self._idle = self._idle, []
-        for sandbox in idle:
-            self._discard(sandbox.box)
+        for root in idle:
+            self._discard(root.box)
         if self._cleaner is not None:
             self._trash.put(None)
             self._cleaner.join()

@@ -28,7 +28,7 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as r
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from rbs.build.backend import StoreBackend
 from rbs.build.reapi import FUNCTION, ExecResult, PreparedAction, from_result, to_result
-from rbs.build.runner import ActionCache, ActionRunner, LocalRunner
+from rbs.build.runner import ActionResultCache, ActionRunner, LocalRunner
 from rbs.cas.store import BlobStore
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.model import Digest
@@ -47,7 +47,7 @@ class RemoteExecutionFailed(RuntimeError):
     """The cluster could not run an action (not: the action failed); says why."""
 
 
-class RemoteActionCache(ActionCache):
+class RemoteActionCache(ActionResultCache):
     """The server's action cache. With remote execution it is only read (the server
     caches what its workers run); with `--remote-cache-only` local results go in."""
 

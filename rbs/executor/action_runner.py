@@ -99,7 +99,7 @@ class _Recorder(BlobStore):
         return d
 
 
-class ActionRunner:
+class ActionExecutor:
     """Runs actions from `store` in sandboxes under `work_dir`; see the module docstring."""
 
     def __init__(

@@ -38,7 +38,7 @@ from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
 from rbs.cas.disk import DiskStore
 from rbs.cas.store import CHUNK
 from rbs.cas.twolevel import TwoLevelStore
-from rbs.executor.action_runner import ActionOutcome, ActionRunner
+from rbs.executor.action_runner import ActionExecutor, ActionOutcome
 from rbs.executor.cgroups import detect
 from rbs.executor.jobhost import JobHost, cgroup_scope
 from rbs.model import Digest, DigestFunction
@@ -192,7 +192,7 @@ class Worker:
             config.work_dir / "cas", durable=False, max_size=config.cache_max_bytes
         )
         self.store = TwoLevelStore(self.local, self.remote)
-        self.runner = ActionRunner(
+        self.runner = ActionExecutor(
             self.store,
             config.work_dir,
             output_store=self.local,

@@ -12,12 +12,12 @@ from reapi_actions import make_action
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.cas.memory import MemoryStore
 from rbs.cas.tree import walk_tree
-from rbs.executor.action_runner import ActionRunner
+from rbs.executor.action_runner import ActionExecutor
 from rbs.model import Digest, DigestFunction
 
 
 def _run(store: MemoryStore, tmp_path: Path, digest: Digest, **kw: object) -> object:
-    runner = ActionRunner(store, tmp_path / "work", worker_name="w1")
+    runner = ActionExecutor(store, tmp_path / "work", worker_name="w1")
     return asyncio.run(runner.run(digest, name="a1", **kw))  # type: ignore[arg-type]
 
 
@@ -134,7 +134,7 @@ def test_missing_input_blob_is_failed_precondition(store: MemoryStore, tmp_path:
 
 def test_cancel_kills_the_command(store: MemoryStore, tmp_path: Path) -> None:
     digest = make_action(store, ["/bin/sh", "-c", "echo $$ > pid; sleep 30"])
-    runner = ActionRunner(store, tmp_path / "work", keep_sandboxes=True)
+    runner = ActionExecutor(store, tmp_path / "work", keep_sandboxes=True)
 
     async def go() -> None:
         task = asyncio.create_task(runner.run(digest, name="c1"))
@@ -166,7 +166,7 @@ def test_an_action_writing_to_its_inputs_does_not_poison_the_next(tmp_path: Path
     disk = DiskStore(tmp_path / "cas", durable=False)
     evil = make_action(disk, ["/bin/sh", "-c", "echo EVIL >> in.txt"], inputs={"in.txt": b"ok\n"})
     reader = make_action(disk, ["/bin/cat", "in.txt"], inputs={"in.txt": b"ok\n"})
-    runner = ActionRunner(disk, tmp_path / "work")
+    runner = ActionExecutor(disk, tmp_path / "work")
     assert asyncio.run(runner.run(evil, name="evil")).code == code_pb2.OK
     outcome = asyncio.run(runner.run(reader, name="reader"))
     assert outcome.code == code_pb2.OK, outcome.message

@@ -1,8 +1,8 @@
-"""Reusable sandbox folders: an exec root emptied between actions instead of rebuilt.
+"""Reusable exec roots: a sandbox folder emptied between actions instead of rebuilt.
 
 Creating folders is the dearest file-system operation a build does (each action needs
-~10 of them for paths like `bazel-out/k8-fastbuild/bin/pkg`), so a worker keeps its
-sandbox between actions: after an action every file, link and unexpected folder in it
+~10 of them for paths like `bazel-out/k8-fastbuild/bin/pkg`), so a worker thread keeps
+its exec root between actions: after an action every file, link and unexpected folder in it
 is deleted, and only the folders the next action needs are kept. The next action sees
 exactly its declared inputs, as in a fresh folder.
 """
@@ -23,8 +23,8 @@ def _depth(rel: str) -> int:
     return rel.count("/") + 1 if rel else 0
 
 
-class Sandbox:
-    """One worker's sandbox: `<box>/execroot/<workspace>` plus a private TMPDIR."""
+class ExecRoot:
+    """One local build worker's sandbox: `<box>/execroot/<workspace>` plus a private TMPDIR."""
 
     def __init__(self, root: Path, exec_root_name: str, store: BlobStore) -> None:
         self.box = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
@@ -36,7 +36,7 @@ class Sandbox:
         self.dirs: set[str] = {""}  # folders below exec_root that exist now
 
     def populate(self, entries: Mapping[str, TreeEntry | None]) -> None:
-        """Lay out an action's input root (the sandbox must be empty, see `reset`)."""
+        """Lay out an action's input root (the exec root must be empty, see `reset`)."""
         needed = {""}
         for rel, entry in entries.items():
             p = rel if entry is None else rel.rpartition("/")[0]
@@ -62,7 +62,7 @@ class Sandbox:
     def reset(self) -> bool:
         """Delete everything the last action saw or made, keeping known folders.
 
-        Returns False when the sandbox cannot be trusted any more (the action changed
+        Returns False when the exec root cannot be trusted any more (the action changed
         permissions or replaced a folder); the caller then throws it away."""
         try:
             for d in sorted(self.dirs, key=_depth, reverse=True):
