@@ -92,9 +92,10 @@ def job_spec(
     Called from Starlark at analysis; a ValueError becomes an analysis error at the
     target's BUILD line, so every message names the attribute and the fix.
     """
+    from rbs import units
+    from rbs.units import SpecError
     from rbs.wire import specs
     from rbs.wire.manifest import manifest_to_dict
-    from rbs.wire.specs import SpecError
 
     def parse(attr: str, fn: Any, value: Any, example: str) -> Any:
         try:
@@ -102,10 +103,13 @@ def job_spec(
         except SpecError as e:
             raise _bad(attr, value, e.problem, f"write e.g. {example}") from None
 
-    cpu_millis = parse("cpu", specs.parse_cpu, cpu, '"2", "0.5" or "500m"')
-    memory_bytes = parse("memory", specs.parse_memory, memory, '"8Gi", "512Mi" or "1G"')
+    def memory_size(value: Any, flag: str) -> int:
+        return units.parse_size(value, flag, minimum=1)
+
+    cpu_millis = parse("cpu", units.parse_cpu, cpu, '"2", "0.5" or "500m"')
+    memory_bytes = parse("memory", memory_size, memory, '"8Gi", "512Mi" or "1G"')
     seconds = (
-        parse("time_limit", specs.parse_duration, time_limit, '"90m", "2h", "1d" or "1h30m"')
+        parse("time_limit", units.parse_duration, time_limit, '"90m", "2h", "1d" or "1h30m"')
         if time_limit
         else None
     )

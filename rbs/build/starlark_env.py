@@ -83,12 +83,9 @@ def _fixed(value: object) -> Bind:
     return lambda host, module: value
 
 
-def _ignored(**kwargs: Any) -> None:
-    """package(), package_group(): accepted for Bazel compatibility; rbs needs neither."""
-
-
-def _ignored_licenses(*args: Any, **kwargs: Any) -> None:
-    """licenses([...]): accepted for Bazel compatibility."""
+# Accepted for Bazel compatibility; rbs has no use for them.
+def _ignored(**kwargs: Any) -> None: ...
+def _ignored_licenses(*args: Any, **kwargs: Any) -> None: ...
 
 
 def _no_select(*args: Any, **kwargs: Any) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -15,16 +14,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from rbs.units import SpecError, human_duration, human_size, parse_duration, parse_size
+
 if TYPE_CHECKING:
     from rbs.cas.disk import DiskStore
     from rbs.model import Digest, DigestFunction
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]?)(?:i?b)?", re.IGNORECASE)
-_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[smhd]?)", re.IGNORECASE)
 
 
 def rbs_home() -> Path:
@@ -32,41 +28,15 @@ def rbs_home() -> Path:
     return Path(os.environ.get("RBS_HOME") or Path.home() / ".rbs")
 
 
-def parse_size(text: str) -> int:
-    """'10G', '512M', '1.5GiB', '4096' -> bytes (binary units)."""
-    m = _SIZE.fullmatch(text.strip())
-    if not m:
+def _unit(parse: Callable[..., int], text: str, flag: str, **kw: Any) -> int:
+    """`parse(text, flag)` from rbs.units, a bad value reported as click's error for `flag`."""
+    try:
+        return parse(text, flag, **kw)
+    except SpecError as e:
+        what = f"{text!r} is" if e.problem.startswith("not ") else f"{text!r}:"
         raise click.BadParameter(
-            f"{text!r} is not a size; write a number of bytes with an optional unit, "
-            "e.g. 500M, 10G, 1.5TiB"
-        )
-    return int(float(m["n"]) * _UNITS[m["unit"].lower()])
-
-
-def parse_duration(text: str) -> float:
-    """'3h', '90m', '45s', '1d', '600' -> seconds."""
-    m = _DURATION.fullmatch(text.strip())
-    if not m:
-        raise click.BadParameter(
-            f"{text!r} is not a duration; write a number with an optional unit s, m, h or d, "
-            "e.g. 3h or 90m"
-        )
-    return float(m["n"]) * _SECONDS[m["unit"].lower()]
-
-
-def human_size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    raise AssertionError("unreachable")
-
-
-def human_age(seconds: float) -> str:
-    for unit, span in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= span:
-            return f"{seconds / span:.1f}{unit}"
-    return f"{seconds:.0f}s"
+            f"{what} {e.problem}; accepted forms: {e.accepted}", param_hint=flag
+        ) from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,12 +242,12 @@ def stat(opts: _Options, as_json: bool) -> None:
         click.echo(f"  {f.function.value:<9} {f.blobs} ({human_size(f.bytes)})")
     click.echo(
         f"in lease    {s.leased_blobs} ({human_size(s.leased_bytes)}) used within "
-        f"{human_age(s.lease)}"
+        f"{human_duration(s.lease)}"
     )
     if s.oldest_use is not None and s.newest_use is not None:
         click.echo(
-            f"last used   {human_age(now - s.newest_use)} ago (newest), "
-            f"{human_age(now - s.oldest_use)} ago (oldest)"
+            f"last used   {human_duration(now - s.newest_use)} ago (newest), "
+            f"{human_duration(now - s.oldest_use)} ago (oldest)"
         )
     click.echo(f"temp files  {s.temp_files}")
 
@@ -286,21 +256,22 @@ def stat(opts: _Options, as_json: bool) -> None:
 @click.option(
     "--max-size",
     required=True,
-    help="Evict least recently used blobs until the store holds at most this much "
-    "(e.g. 500M, 10G).",
+    help="Evict least recently used blobs until the store holds at most this much, "
+    "e.g. 500Mi or 10Gi (Gi = 2^30 bytes, G = 10^9; README: Sizes and durations).",
 )
 @click.option(
     "--lease",
     default="3h",
     show_default=True,
-    help="Never evict a blob used within this long (e.g. 90m, 3h, 1d).",
+    help="Never evict a blob used within this long, e.g. 90m, 3h, 1d or 0 (README: Sizes and "
+    "durations).",
 )
 @click.pass_obj
 @_errors
 def gc(opts: _Options, max_size: str, lease: str) -> None:
     """Evict blobs to bring the store under a size, keeping blobs in their lease."""
-    bound = parse_size(max_size)
-    store = opts.store(lease=parse_duration(lease))
+    bound = _unit(parse_size, max_size, "--max-size")
+    store = opts.store(lease=_unit(parse_duration, lease, "--lease", minimum=0))
     r = store.gc(bound)
     click.echo(
         f"removed {r.removed_blobs} blobs ({human_size(r.removed_bytes)}); "

@@ -75,7 +75,11 @@ async def _serve(config: object, ready_file: Path | None) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="File holding the bearer token every call must present.",
 )
-@click.option("--max-cas-size", help="Evict least recently used blobs above this size, e.g. 50G.")
+@click.option(
+    "--max-cas-size",
+    help="Evict least recently used blobs above this size, e.g. 50Gi "
+    "(Gi = 2^30 bytes, G = 10^9; README: Sizes and durations).",
+)
 @click.option(
     "--instance-name",
     "instance_names",
@@ -105,7 +109,8 @@ def serve(
     log_level: str,
 ) -> None:
     """Serve REAPI v2 (cache; execution where enabled) until SIGTERM or Ctrl-C."""
-    from rbs.server.config import ConfigError, load_config, parse_size, with_overrides
+    from rbs.server.config import ConfigError, load_config, with_overrides
+    from rbs.units import SpecError, parse_size
     from rbs.wire.auth import TokenError
 
     logging.basicConfig(
@@ -122,7 +127,7 @@ def serve(
             max_size=parse_size(max_cas_size, "--max-cas-size") if max_cas_size else None,
         )
         asyncio.run(_serve(config, ready_file))
-    except (ConfigError, TokenError, OSError) as e:
+    except (ConfigError, SpecError, TokenError, OSError) as e:
         raise click.ClickException(str(e)) from None
 
 

@@ -76,7 +76,8 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
 )
 @click.option(
     "--max-cache-size",
-    help="Bound the worker's local CAS cache, e.g. 20G (least recently used blobs go).",
+    help="Bound the worker's local CAS cache (least recently used blobs go), e.g. 20Gi "
+    "(Gi = 2^30 bytes, G = 10^9; README: Sizes and durations).",
 )
 @click.option("--name", default="", help="Name shown in `rbs remote status` [default: hostname].")
 @click.option("--address", default="", help="Address other nodes reach this one at.")
@@ -115,7 +116,7 @@ def worker(
 ) -> None:
     """Run a worker: register with the server and run the build actions it leases."""
     from rbs.executor.worker import WorkerConfig, WorkerError
-    from rbs.server.config import parse_size
+    from rbs.units import parse_size
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -236,7 +237,7 @@ def _print_status(reply: Any) -> None:
             w.name,
             w.state,
             str(w.cpus),
-            f"{w.memory_bytes / (1 << 30):.1f}G",
+            f"{w.memory_bytes / (1 << 30):.1f}Gi",
             ",".join(w.gpu_ids) or "-",
             f"{w.build_slots_used}/{w.build_slots}",
             f"{w.job_slots_used}/{w.job_slots}",

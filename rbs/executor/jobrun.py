@@ -118,7 +118,7 @@ def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
         for text in notes:
             note(text)
         if manifest.time_limit:
-            from rbs.wire.specs import format_duration
+            from rbs.units import format_duration
 
             note(
                 f"time limit {format_duration(manifest.time_limit)}, enforced by the scheduler: "

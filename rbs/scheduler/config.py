@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rbs import units
+from rbs.units import SpecError
 from rbs.wire import specs
-from rbs.wire.specs import SpecError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,10 +105,10 @@ def load_scheduler_config(
                 priority_weight=specs.parse_count(
                     q.get("priority_weight", 0), f"{where}.priority_weight", -(2**31)
                 ),
-                default_time_limit=specs.parse_duration(q["default_time"], f"{where}.default_time")
+                default_time_limit=units.parse_duration(q["default_time"], f"{where}.default_time")
                 if "default_time" in q
                 else None,
-                max_time_limit=specs.parse_duration(q["max_time"], f"{where}.max_time")
+                max_time_limit=units.parse_duration(q["max_time"], f"{where}.max_time")
                 if "max_time" in q
                 else None,
             )

@@ -44,7 +44,7 @@ from rbs.scheduler.placement import schedule
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
 from rbs.scheduler.views import JobView, QueueView, TaskView, job_view, queue_views, task_view
 from rbs.scheduler.workers import WorkerState
-from rbs.wire.specs import format_duration
+from rbs.units import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -167,11 +167,11 @@ class Scheduler:
         res, lo = m.resources, m.node_range[0]
         if sum(1 for w in workers if w.could_ever_fit(res)) >= lo:
             return
-        from rbs.wire.specs import format_cpu, format_memory
+        from rbs.units import format_cpu, format_size
 
         largest = max(workers, key=lambda w: (len(w.gpus), w.cpu_millis, w.memory_bytes))
         ask = (
-            f"cpu {format_cpu(res.cpu_millis)}, memory {format_memory(res.memory_bytes)}, "
+            f"cpu {format_cpu(res.cpu_millis)}, memory {format_size(res.memory_bytes)}, "
             f"gpus {res.gpus}" + (f" on each of {lo} nodes" if lo > 1 else "")
         )
         raise SchedulerError(

@@ -148,9 +148,9 @@ class WorkerState:
         return node
 
     def size_text(self) -> str:
-        from rbs.wire.specs import format_cpu, format_memory
+        from rbs.units import format_cpu, format_size
 
         return (
             f"{self.worker_id}: cpu {format_cpu(self.cpu_millis)}, memory "
-            f"{format_memory(self.memory_bytes)}, gpus {len(self.gpus)}"
+            f"{format_size(self.memory_bytes)}, gpus {len(self.gpus)}"
         )

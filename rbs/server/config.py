@@ -11,8 +11,8 @@ flags override the file:
     instance_names = [""]       # REAPI instance names accepted; "" is the default
 
     [cas]
-    max_size = "50G"            # evict least recently used blobs above this
-    max_batch_size = "4M"       # the batch limit advertised to clients
+    max_size = "50Gi"           # evict least recently used blobs above this (sizes: rbs.units)
+    max_batch_size = "4Mi"      # the batch limit advertised to clients
     lease = 10800               # seconds after its last use that a blob is never evicted
 
     [execution]                 # workers and actions (rbs.server.exec_config)
@@ -34,7 +34,6 @@ New concerns add a table: a dataclass here, a field on `Config`, and a line in
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -42,16 +41,13 @@ from typing import Any
 
 from rbs.scheduler.config import SchedulerConfig, load_scheduler_config
 from rbs.server.exec_config import ExecutionConfig, load_execution_config
-from rbs.wire.specs import SpecError
+from rbs.units import SpecError, parse_size
 
 DEFAULT_PORT = 8980
 DEFAULT_BATCH_SIZE = 4 << 20
 # Room for framing and per-blob overhead above the advertised batch limit, so a batch
 # that respects the limit always fits in one gRPC message.
 MESSAGE_HEADROOM = 1 << 20
-
-_SIZE = re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]?)(?:i?B)?", re.I)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def default_data_dir() -> Path:
@@ -62,21 +58,6 @@ def default_data_dir() -> Path:
 
 class ConfigError(ValueError):
     """A configuration value or file is invalid; the message names it and the fix."""
-
-
-def parse_size(text: str | int, what: str = "size") -> int:
-    """Parse `50G`, `512M`, `4096`, `1.5GiB` into bytes (binary units)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise ConfigError(f"{what} must not be negative, got {text}")
-        return text
-    m = _SIZE.fullmatch(str(text).strip())
-    if not m:
-        raise ConfigError(
-            f"invalid {what} {text!r}: write a number of bytes with an optional unit "
-            "K, M, G or T (powers of 1024), e.g. 50G"
-        )
-    return int(float(m["n"]) * _UNITS[m["unit"].upper()])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +96,7 @@ class CasConfig:
             raise ConfigError(f"cas lease must be a number of seconds >= 0, got {self.lease}")
         if not 1024 <= self.max_batch_size <= 1 << 30:
             raise ConfigError(
-                f"cas max_batch_size {self.max_batch_size} is out of range: use 1K to 1G"
+                f"cas max_batch_size {self.max_batch_size} is out of range: use 1Ki to 1Gi"
             )
 
     @property
@@ -157,8 +138,11 @@ def _convert(section: str, key: str, value: Any) -> Any:
     where = f"[{section}] {key}"
     if key in ("max_size", "max_batch_size"):
         if not isinstance(value, str | int) or isinstance(value, bool):
-            raise ConfigError(f"{where} must be a size such as 50G, got {value!r}")
-        return parse_size(value, where)
+            raise ConfigError(f"{where} must be a size such as 50Gi, got {value!r}")
+        try:
+            return parse_size(value, where)
+        except SpecError as e:
+            raise ConfigError(f"invalid {e}") from None
     if key in ("data_dir", "token_file"):
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a path string, got {value!r}")

@@ -36,8 +36,8 @@ from rbs.model import Digest, DigestFunction, JobManifest, JobState
 from rbs.scheduler.events import TaskRef
 from rbs.scheduler.views import JobView
 from rbs.server.job_driver import JobDriver, JobRequestError
+from rbs.units import SpecError, format_cpu, format_duration, format_size
 from rbs.wire.manifest import apply_flags, manifest_from_dict, manifest_to_dict
-from rbs.wire.specs import SpecError, format_cpu, format_duration, format_memory
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def job_json(v: JobView) -> dict[str, Any]:
         "provenance": dict(v.provenance),
         "resources": {
             "cpu": format_cpu(m.resources.cpu_millis),
-            "memory": format_memory(m.resources.memory_bytes),
+            "memory": format_size(m.resources.memory_bytes),
             "gpus": m.resources.gpus,
         },
         "time_limit": format_duration(v.time_limit) if v.time_limit else None,

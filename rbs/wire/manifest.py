@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rbs import units
 from rbs.model import (
     MANIFEST_API_VERSION,
     Dependency,
@@ -15,8 +16,8 @@ from rbs.model import (
     JobManifest,
     Resources,
 )
+from rbs.units import SpecError
 from rbs.wire import specs
-from rbs.wire.specs import SpecError
 
 # Provenance keys: the manifest's field names, with resources split per quantity.
 PROVENANCE_FIELDS = (
@@ -54,8 +55,8 @@ def manifest_to_dict(m: JobManifest) -> dict[str, Any]:
         "command": list(m.command),
         "input_root": str(m.input_root) if m.input_root is not None else None,
         "resources": {
-            "cpu": specs.format_cpu(m.resources.cpu_millis),
-            "memory": specs.format_memory(m.resources.memory_bytes),
+            "cpu": units.format_cpu(m.resources.cpu_millis),
+            "memory": units.format_size(m.resources.memory_bytes),
             "gpus": m.resources.gpus,
         },
         "queue": m.queue,
@@ -129,7 +130,7 @@ def manifest_from_dict(data: Any) -> JobManifest:
         if data.get(key) is not None:
             kw[key] = _typed(data, key, bool)
     if data.get("time_limit") is not None:
-        kw["time_limit"] = specs.parse_duration(data["time_limit"], "manifest time_limit")
+        kw["time_limit"] = units.parse_duration(data["time_limit"], "manifest time_limit")
     if data.get("begin_time") is not None:
         kw["begin_time"] = float(_typed(data, "begin_time", (int, float)))
     if data.get("array") is not None:
@@ -191,10 +192,10 @@ def _resources(value: Any) -> Resources:
         raise SpecError("manifest resources", unknown[0], "unknown field", "cpu, memory, gpus")
     default = Resources()
     return Resources(
-        cpu_millis=specs.parse_cpu(value["cpu"], "manifest resources.cpu")
+        cpu_millis=units.parse_cpu(value["cpu"], "manifest resources.cpu")
         if "cpu" in value
         else default.cpu_millis,
-        memory_bytes=specs.parse_memory(value["memory"], "manifest resources.memory")
+        memory_bytes=units.parse_size(value["memory"], "manifest resources.memory", minimum=1)
         if "memory" in value
         else default.memory_bytes,
         gpus=specs.parse_count(value.get("gpus", 0), "manifest resources.gpus"),
@@ -256,7 +257,7 @@ def apply_flags(
         "--name": ("name", lambda v: _nonempty(v, "--name")),
         "--queue": ("queue", lambda v: _nonempty(v, "--queue")),
         "--priority": ("priority", lambda v: specs.parse_count(v, "--priority", -(2**31))),
-        "--time": ("time_limit", specs.parse_duration),
+        "--time": ("time_limit", units.parse_duration),
         "--deps": ("dependencies", specs.parse_dependencies),
         "--array": ("array", specs.parse_array),
         "--nodes": ("nodes", lambda v: specs.parse_count(v, "--nodes", 1)),
@@ -274,13 +275,13 @@ def apply_flags(
             field, parse = handlers[flag]
             take(flag, field, parse(value))
         elif flag == "--cpus":
-            take(flag, "resources.cpu", specs.parse_cpu(value), res)
+            take(flag, "resources.cpu", units.parse_cpu(value), res)
             res["cpu_millis"] = res.pop("cpu")
         elif flag == "--memory-gb":
-            take(flag, "resources.memory", specs.parse_memory_gb(value), res)
+            take(flag, "resources.memory", units.parse_gib(value), res)
             res["memory_bytes"] = res.pop("memory")
         elif flag == "--memory":
-            take(flag, "resources.memory", specs.parse_memory(value, flag), res)
+            take(flag, "resources.memory", units.parse_size(value, flag, minimum=1), res)
             res["memory_bytes"] = res.pop("memory")
         elif flag == "--gpus":
             take(flag, "resources.gpus", specs.parse_count(value, flag), res)

@@ -18,7 +18,6 @@ from rbs.build.starlark_env import (
     PRELUDE_NAME,
     RBS_BUILTINS,
     RBS_FILE,
-    FileKind,
     prelude_text,
 )
 
@@ -73,7 +72,7 @@ def test_rbs_files_see_the_rule_api_and_native(make_ws: MakeWs) -> None:
 
 
 def test_a_table_value_that_is_not_callable_is_set_as_a_global() -> None:
-    kind = FileKind(
+    kind = BUILD_FILE.__class__(
         name="t",
         dialect=BUILD_FILE.dialect,
         builtins={"ANSWER": lambda host, module: 42},

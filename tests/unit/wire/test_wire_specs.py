@@ -1,4 +1,7 @@
-"""Job-spec parsers: accepted forms, canonical values, and errors that name flag and value."""
+"""Job-spec parsers that are not units (arrays, deps, env, counts, task ids): forms and errors.
+
+Sizes, cpu quantities and durations are tested in tests/unit/test_units.py.
+"""
 
 from __future__ import annotations
 
@@ -7,42 +10,6 @@ import pytest
 from rbs.model import ArraySpec, Dependency, DepKind
 from rbs.wire import specs
 from rbs.wire.specs import SpecError
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("90", 90),
-        ("30m", 1800),
-        ("2h", 7200),
-        ("1d", 86400),
-        ("1h30m", 5400),
-        ("1d12h", 129600),
-        ("45s", 45),
-        ("90m", 5400),
-        ("01:02:03", 3723),
-        ("10:00", 600),
-        (" 2H ", 7200),
-        (120, 120),
-    ],
-)
-def test_durations(text: str | int, seconds: int) -> None:
-    assert specs.parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "abc", "1x", "-5", "0", "0m", "1.5h", "h", "1:70:00", "m30"])
-def test_bad_durations_name_the_flag_value_and_forms(text: str) -> None:
-    with pytest.raises(SpecError) as e:
-        specs.parse_duration(text)
-    msg = str(e.value)
-    assert msg.startswith(f"--time {text!r}")
-    assert "30m" in msg and "1h30m" in msg
-    assert e.value.flag == "--time"
-
-
-def test_format_duration_round_trips() -> None:
-    for seconds in (1, 59, 60, 3600, 5400, 86400 + 61):
-        assert specs.parse_duration(specs.format_duration(seconds)) == seconds
 
 
 @pytest.mark.parametrize(
@@ -116,58 +83,6 @@ def test_bad_dependencies(text: str, problem: str) -> None:
         specs.parse_dependencies(text)
     assert str(e.value).startswith(f"--deps {text!r}")
     assert "afterok:ID" in str(e.value)
-
-
-@pytest.mark.parametrize(
-    ("text", "millis"), [("2", 2000), ("0.5", 500), ("500m", 500), ("1.25", 1250), (3, 3000)]
-)
-def test_cpu_quantities(text: str | int, millis: int) -> None:
-    assert specs.parse_cpu(text) == millis
-
-
-@pytest.mark.parametrize("text", ["", "two", "0", "0m", "0.0001", "-1", "1.5m"])
-def test_bad_cpu(text: str) -> None:
-    with pytest.raises(SpecError) as e:
-        specs.parse_cpu(text)
-    assert str(e.value).startswith(f"--cpus {text!r}") and "500m" in str(e.value)
-
-
-@pytest.mark.parametrize(
-    ("text", "nbytes"),
-    [
-        ("8Gi", 8 << 30),
-        ("512Mi", 512 << 20),
-        ("1G", 10**9),
-        ("1500M", 1_500_000_000),
-        ("1.5Gi", 3 << 29),
-        ("1e9", 10**9),
-        ("1024", 1024),
-        (4096, 4096),
-        ("2k", 2000),
-    ],
-)
-def test_memory_quantities(text: str | int, nbytes: int) -> None:
-    assert specs.parse_memory(text) == nbytes
-
-
-@pytest.mark.parametrize("text", ["", "8GB", "8 Gi", "Gi", "0", "-1Gi", "0.5"])
-def test_bad_memory(text: str) -> None:
-    with pytest.raises(SpecError) as e:
-        specs.parse_memory(text, "--memory")
-    assert str(e.value).startswith(f"--memory {text!r}") and "8Gi" in str(e.value)
-
-
-def test_memory_gb_flag_is_gibibytes_and_format_is_exact() -> None:
-    assert specs.parse_memory_gb("8") == 8 << 30
-    assert specs.parse_memory_gb("0.5") == 1 << 29
-    with pytest.raises(SpecError, match="--memory-gb"):
-        specs.parse_memory_gb("lots")
-    with pytest.raises(SpecError, match="positive"):
-        specs.parse_memory_gb("0")
-    assert specs.format_memory(8 << 30) == "8Gi"
-    assert specs.format_memory(512 << 20) == "512Mi"
-    assert specs.format_memory(1500) == "1500"
-    assert specs.format_cpu(500) == "500m" and specs.format_cpu(2000) == "2"
 
 
 def test_env_items() -> None:
