@@ -1,7 +1,7 @@
 """Job targets in the build engine: check a job rule's attributes, lay out and write its manifest.
 
 A job rule (rules/job/rules.rbs) calls `_rbs_job_spec(...)` during analysis: the values
-are parsed here with the scheduler's own parsers, so a bad quantity fails at analysis
+are parsed here with the parsers `rbs job submit` uses, so a bad quantity fails at analysis
 with the target's BUILD location, and the rule gets back the canonical manifest fields.
 It returns them in a `JobInfo` provider together with its binary, the binary's
 runfiles and its data. After the build, `write_manifests` lays those files out as the

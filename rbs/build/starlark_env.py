@@ -83,9 +83,12 @@ def _fixed(value: object) -> Bind:
     return lambda host, module: value
 
 
-# Accepted for Bazel compatibility; rbs has no use for them.
-def _ignored(**kwargs: Any) -> None: ...
-def _ignored_licenses(*args: Any, **kwargs: Any) -> None: ...
+def _ignored(**kwargs: Any) -> None:
+    """package(), package_group(): accepted for Bazel compatibility; rbs needs neither."""
+
+
+def _ignored_licenses(*args: Any, **kwargs: Any) -> None:
+    """licenses([...]): accepted for Bazel compatibility."""
 
 
 def _no_select(*args: Any, **kwargs: Any) -> Any:

@@ -18,6 +18,7 @@ from rbs.build.starlark_env import (
     PRELUDE_NAME,
     RBS_BUILTINS,
     RBS_FILE,
+    FileKind,
     prelude_text,
 )
 
@@ -72,7 +73,7 @@ def test_rbs_files_see_the_rule_api_and_native(make_ws: MakeWs) -> None:
 
 
 def test_a_table_value_that_is_not_callable_is_set_as_a_global() -> None:
-    kind = BUILD_FILE.__class__(
+    kind = FileKind(
         name="t",
         dialect=BUILD_FILE.dialect,
         builtins={"ANSWER": lambda host, module: 42},
