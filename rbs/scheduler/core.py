@@ -43,7 +43,7 @@ from rbs.scheduler.invariants import check_invariants
 from rbs.scheduler.placement import schedule
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
 from rbs.scheduler.views import JobView, QueueView, TaskView, job_view, queue_views, task_view
-from rbs.scheduler.workers import WorkerState
+from rbs.scheduler.workers import WorkerCapacity
 from rbs.units import format_duration
 
 log = logging.getLogger(__name__)
@@ -282,7 +282,7 @@ class Scheduler:
         held |= {(f.run.job_id, f.run.index, f.run.attempt, f.run.rank) for f in ev.finished}
         worker = st.workers.get(ev.worker_id)
         if worker is None:
-            worker = st.workers[ev.worker_id] = WorkerState(rec, st.now)
+            worker = st.workers[ev.worker_id] = WorkerCapacity(rec, st.now)
         else:
             self._check_shrink([n for k, n in worker.allocs.items() if k in held], rec)
             for key in list(worker.allocs):
@@ -373,7 +373,7 @@ class Scheduler:
         st.now = now
         st.ready.advance(now)
         for wrec in workers:
-            st.workers[wrec.worker_id] = WorkerState(wrec, now)
+            st.workers[wrec.worker_id] = WorkerCapacity(wrec, now)
         for jrec in sorted(jobs, key=lambda r: r.job_id):
             st.jobs[jrec.job_id] = Job.from_record(jrec)
             st.next_id = max(st.next_id, jrec.job_id + 1)

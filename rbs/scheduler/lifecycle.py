@@ -8,7 +8,7 @@ import logging
 from rbs.model import DepKind, JobState
 from rbs.scheduler.instructions import KillReason, Start
 from rbs.scheduler.state import Job, Run, SchedState
-from rbs.scheduler.workers import WorkerState
+from rbs.scheduler.workers import WorkerCapacity
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def cancel_pending_job(st: SchedState, job: Job, reason: str | None, cascade: bo
 # ---- starting
 
 
-def start_run(st: SchedState, job: Job, placement: list[WorkerState]) -> Run:
+def start_run(st: SchedState, job: Job, placement: list[WorkerCapacity]) -> Run:
     raw, attempt, retries = job.pool.pop()
     index = job.index_of(raw)
     run = Run(job.id, index, attempt, retries, st.now)
@@ -122,7 +122,7 @@ def start_run(st: SchedState, job: Job, placement: list[WorkerState]) -> Run:
     return run
 
 
-def _emit_starts(st: SchedState, job: Job, run: Run, placement: list[WorkerState]) -> None:
+def _emit_starts(st: SchedState, job: Job, run: Run, placement: list[WorkerCapacity]) -> None:
     m = job.manifest
     base = dict(m.env)
     base["RBS_JOB_ID"] = str(job.id)
@@ -286,7 +286,7 @@ def settle_draining(st: SchedState, run: Run) -> None:
         st.touch_run(run)
 
 
-def worker_lost(st: SchedState, worker: WorkerState) -> None:
+def worker_lost(st: SchedState, worker: WorkerCapacity) -> None:
     log.info("worker %s lost with %d running nodes", worker.worker_id, len(worker.allocs))
     worker.alive = False
     st.workers_changed()

@@ -19,7 +19,7 @@ from rbs.model import Resources
 from rbs.scheduler.lifecycle import start_run
 from rbs.scheduler.policy import Shape, dominates, shape_of
 from rbs.scheduler.state import Job, SchedState
-from rbs.scheduler.workers import WorkerState
+from rbs.scheduler.workers import WorkerCapacity
 
 INF = math.inf
 
@@ -159,7 +159,7 @@ class Pass:
             self.reserved[worker_id] = at
         return True
 
-    def available_at(self, w: WorkerState, res: Resources) -> float:
+    def available_at(self, w: WorkerCapacity, res: Resources) -> float:
         """When `res` will be free on `w` if everything there runs to its time limit."""
         cpu, mem, gpus, slots = w.free_cpu, w.free_mem, len(w.free_gpus), w.free_slots
         need_cpu, need_mem, need_gpus = res.cpu_millis, res.memory_bytes, res.gpus
@@ -181,14 +181,14 @@ class Pass:
         return INF
 
 
-def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerState] | None:
+def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCapacity] | None:
     """Best-fit workers for one task (rank order), honouring reservations; None if none fit."""
     res = job.manifest.resources
     lo, hi = job.manifest.node_range
     limit_end = st.now + job.time_limit if job.time_limit is not None else INF
     cpu, mem, gpus = res.cpu_millis, res.memory_bytes, res.gpus
-    fits: list[WorkerState] = []
-    # The hot loop of every pass: the checks of WorkerState.fits, inlined.
+    fits: list[WorkerCapacity] = []
+    # The hot loop of every pass: the checks of WorkerCapacity.fits, inlined.
     for w in st.workers.values():
         if (
             w.free_slots < 1

@@ -11,13 +11,28 @@ import bisect
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
-from rbs.model import Resources
+from rbs.model import JobManifest, Resources
 from rbs.scheduler.config import SchedulerConfig
 
-if TYPE_CHECKING:
-    from rbs.scheduler.state import Job
+Shape = tuple[int, int, int, int, float]  # cpu, memory, gpus, min nodes, time limit
+
+
+class QueuedJob(Protocol):
+    """What the policy reads of a job; the scheduler's `Job` (rbs.scheduler.state) has it."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def manifest(self) -> JobManifest: ...
+    @property
+    def eligible_time(self) -> float | None: ...
+    @property
+    def shape(self) -> Shape: ...
+
+
+J = TypeVar("J", bound=QueuedJob)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,7 +55,7 @@ def age_bonus(config: SchedulerConfig, eligible_time: float | None, now: float) 
     return max(0, min(config.age_max, steps))
 
 
-def breakdown(config: SchedulerConfig, job: Job, now: float) -> PriorityBreakdown:
+def breakdown(config: SchedulerConfig, job: QueuedJob, now: float) -> PriorityBreakdown:
     queue = config.queue(job.manifest.queue)
     return PriorityBreakdown(
         base=job.manifest.priority,
@@ -50,10 +65,9 @@ def breakdown(config: SchedulerConfig, job: Job, now: float) -> PriorityBreakdow
 
 
 _Entry = tuple[int, float, int]  # -total priority, eligible time, job id
-Shape = tuple[int, int, int, int, float]  # cpu, memory, gpus, min nodes, time limit
 
 
-def shape_of(job: Job) -> Shape:
+def shape_of(job: QueuedJob) -> Shape:
     """What one task of the job needs; a job needing at least another's shape fits no sooner."""
     return job.shape
 
@@ -67,14 +81,14 @@ def dominates(a: Shape, b: Shape) -> bool:
     return a[0] >= b[0] and a[1] >= b[1] and a[2] >= b[2] and a[3] >= b[3] and a[4] >= b[4]
 
 
-class ReadyQueue:
+class ReadyQueue(Generic[J]):
     """Jobs with tasks ready to start, highest priority first, FIFO among equals."""
 
     def __init__(self, config: SchedulerConfig) -> None:
         self._config = config
         self._entries: list[_Entry] = []
         self._members: dict[int, _Entry] = {}
-        self._jobs: dict[int, Job] = {}
+        self._jobs: dict[int, J] = {}
         self._epoch = 0
         # Distinct task shapes among members, so a pass can stop once none can fit.
         self.shapes: dict[Shape, int] = {}
@@ -85,12 +99,12 @@ class ReadyQueue:
     def __contains__(self, job_id: int) -> bool:
         return job_id in self._members
 
-    def _key(self, job: Job) -> _Entry:
+    def _key(self, job: J) -> _Entry:
         total = breakdown(self._config, job, self._epoch * self._config.age_interval).total
         assert job.eligible_time is not None
         return (-total, job.eligible_time, job.id)
 
-    def add(self, job: Job) -> None:
+    def add(self, job: J) -> None:
         if job.id in self._members:
             return
         entry = self._key(job)
@@ -121,7 +135,7 @@ class ReadyQueue:
         self._entries = sorted(self._members.values())
         return True
 
-    def __iter__(self) -> Iterator[Job]:
+    def __iter__(self) -> Iterator[J]:
         """The member jobs in priority order; members may be discarded while iterating."""
         members = self._members
         for entry in self._entries:

@@ -24,7 +24,7 @@ from rbs.scheduler.instructions import (
     TaskRecord,
 )
 from rbs.scheduler.policy import ReadyQueue, compute_shape
-from rbs.scheduler.workers import NodeKey, WorkerState
+from rbs.scheduler.workers import NodeKey, WorkerCapacity
 
 RunKey = tuple[int, int | None, int]  # job id, index, attempt
 
@@ -260,9 +260,9 @@ class SchedState:
         self.config = config
         self.now = 0.0
         self.jobs: dict[int, Job] = {}
-        self.workers: dict[str, WorkerState] = {}
+        self.workers: dict[str, WorkerCapacity] = {}
         self.next_id = 1
-        self.ready = ReadyQueue(config)
+        self.ready: ReadyQueue[Job] = ReadyQueue(config)
         self.dependents: dict[int, list[int]] = {}
         self.begin_heap: list[tuple[float, int]] = []
         self.deadlines: list[tuple[float, int, int, int]] = []  # deadline, job, raw index, attempt
@@ -274,7 +274,7 @@ class SchedState:
         self._capable: dict[Resources, int] = {}
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_runs: dict[RunKey, Run] = {}
-        self.dirty_workers: dict[str, WorkerState] = {}
+        self.dirty_workers: dict[str, WorkerCapacity] = {}
         self.actions: list[Accepted | Rejected | Start | Kill] = []
 
     def workers_changed(self) -> None:

@@ -8,7 +8,7 @@ from rbs.scheduler.instructions import NodeRecord, WorkerRecord
 NodeKey = tuple[int, int | None, int, int]  # job id, index, attempt, rank
 
 
-class WorkerState:
+class WorkerCapacity:
     """One worker's capacity and what is allocated on it, node by node."""
 
     __slots__ = (
