@@ -1,56 +1,49 @@
-"""The whole cluster server: REAPI + Workers on gRPC, the job scheduler, and the jobs API.
+"""The server process, built explicitly: every part in order, each handed to what needs it.
 
-`start_cluster` is what `rbs remote serve` runs: the gRPC server with every service
-(cache, execution, workers), the job driver on the same worker hub, and the JSON jobs
-API on the next port up (gRPC port + 1; see docs/design/jobs.md).
+`start_cluster` is what `rbs remote serve` runs, and what the tests' harnesses run. It
+builds, in this order and nowhere else:
+
+    store          the CAS (DiskStore under <data_dir>/cas, bounded by [cas] max_size)
+    action cache   results in <data_dir>/action_cache.db, checked against the store
+    operations     the Execution operations and known workers, <data_dir>/execution.db
+    worker hub     the Workers streams and the build-action dispatcher (on operations)
+    engine         REAPI Execution (on store, action cache, operations and the hub)
+    job driver     the job scheduler's driver (on the hub; jobs.db, job_logs.db, ...)
+    gRPC server    every service of rbs.server.grpc_server.SERVICES, on the parts above
+    jobs API       JSON over HTTP on the gRPC port + 1 (see docs/design/jobs.md)
+
+The hub and its two listeners (engine, driver) need each other; the hub is built first
+and is handed them once they exist. Every part that holds a file or a task registers
+its close on one exit stack, so a failed start undoes what it did and `stop` closes in
+reverse order. With `jobs=False` the server has no job driver and no jobs API (the
+REAPI tests need neither).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import socket
 from dataclasses import dataclass
 
-import grpc
 from aiohttp import web
 
+from rbs.cas.disk import DiskStore
+from rbs.cas.store import BlobStore
+from rbs.server.ac_store import ActionResultStore
+from rbs.server.action_cache import ActionCache
 from rbs.server.config import Config
-from rbs.server.exec_setup import cluster_of
-from rbs.server.grpc_server import SERVICES, RunningServer, ServerState, Service, start_server
+from rbs.server.execution import ExecutionEngine, ExecutionLimits
+from rbs.server.grpc_server import RunningServer, start_grpc
+from rbs.server.instances import Instances
 from rbs.server.job_driver import JobDriver
 from rbs.server.jobs_http import JobsApi, start_http
+from rbs.server.operations import OperationRegistry, OperationStore
+from rbs.server.workers_service import HubConfig, WorkerHub
 from rbs.wire.auth import read_token_file
 
 log = logging.getLogger(__name__)
-
-JOBS = "rbs.v1.Jobs"
-_DRIVERS: dict[int, JobDriver] = {}
-
-
-def jobs_of(state: ServerState) -> JobDriver:
-    """The server's job driver, created (and restored from its journal) on first use."""
-    driver = _DRIVERS.get(id(state))
-    if driver is None:
-        hub = cluster_of(state).hub
-        driver = JobDriver(state.data_dir, state.config.jobs, hub)
-        driver.start()
-        _DRIVERS[id(state)] = driver
-        key = id(state)
-
-        async def close() -> None:
-            await driver.stop()
-            _DRIVERS.pop(key, None)
-
-        state.on_stop(close)
-    return driver
-
-
-def _add_jobs(server: grpc.aio.Server, state: ServerState) -> None:
-    jobs_of(state)
-
-
-JOBS_SERVICE = Service(name=JOBS, add=_add_jobs)
 
 
 def pick_port_pair(host: str, tries: int = 50) -> int:
@@ -70,39 +63,157 @@ def pick_port_pair(host: str, tries: int = 50) -> int:
     raise OSError(f"found no two adjacent free ports on {host} in {tries} tries")
 
 
+def open_store(config: Config) -> BlobStore:
+    """The server's CAS under the data dir, bounded by `[cas] max_size` when set.
+
+    With a bound, every write that takes the store over it evicts least recently used
+    blobs outside the lease (`[cas] lease`, 3 h); the action cache drops results whose
+    outputs went.
+    """
+    store = DiskStore(
+        config.server.data_dir / "cas", max_size=config.cas.max_size, lease=config.cas.lease
+    )
+    swept = store.sweep_tmp()
+    if swept:
+        log.info("removed %d unfinished upload(s) left by an earlier run", swept)
+    return store
+
+
+def hub_config_of(config: Config) -> HubConfig:
+    cfg = config.execution
+    return HubConfig(
+        heartbeat_interval=cfg.heartbeat_interval,
+        heartbeat_timeout=cfg.heartbeat_timeout,
+        reconnect_grace=cfg.reconnect_grace,
+        max_attempts=cfg.max_attempts,
+    )
+
+
+def limits_of(config: Config) -> ExecutionLimits:
+    cfg = config.execution
+    return ExecutionLimits(default_timeout_s=cfg.default_timeout, max_timeout_s=cfg.max_timeout)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerParts:
+    """What one server is made of, as `start_cluster` built it."""
+
+    config: Config
+    store: BlobStore
+    action_cache: ActionCache
+    instances: Instances
+    operations: OperationStore
+    hub: WorkerHub
+    engine: ExecutionEngine
+    driver: JobDriver | None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunningCluster:
+    """A started server: its parts, the gRPC server, the jobs API, and a graceful stop."""
+
+    parts: ServerParts
     grpc: RunningServer
-    http: web.AppRunner
-    http_port: int
-    driver: JobDriver
+    http: web.AppRunner | None
+    http_port: int | None
+    closing: contextlib.AsyncExitStack
 
     @property
     def port(self) -> int:
         return self.grpc.port
 
+    @property
+    def hub(self) -> WorkerHub:
+        return self.parts.hub
+
+    @property
+    def driver(self) -> JobDriver:
+        if self.parts.driver is None:
+            raise RuntimeError("this server was started without jobs (jobs=False)")
+        return self.parts.driver
+
     async def stop(self, grace: float = 5.0) -> None:
-        await self.http.cleanup()
+        """Stop the jobs API, let gRPC calls in flight finish for `grace` s, then close
+        every part in the reverse order of its building."""
+        if self.http is not None:
+            await self.http.cleanup()
         await self.grpc.stop(grace)
+        await self.closing.aclose()
 
 
-async def start_cluster(config: Config) -> RunningCluster:
-    """Start everything; port 0 picks a free pair of adjacent ports."""
+async def start_cluster(
+    config: Config,
+    *,
+    jobs: bool = True,
+    hub_config: HubConfig | None = None,
+    limits: ExecutionLimits | None = None,
+) -> RunningCluster:
+    """Build every part in order and start serving; port 0 picks a free port (a free pair
+    of adjacent ports with `jobs`, for gRPC and the jobs API)."""
     host = config.server.host
-    if config.server.port == 0:
+    if jobs and config.server.port == 0:
         config = dataclasses.replace(
             config, server=dataclasses.replace(config.server, port=pick_port_pair(host))
         )
-    running = await start_server(config, (*SERVICES, JOBS_SERVICE))
-    token = read_token_file(config.server.token_file) if config.server.token_file else None
-    driver = jobs_of(running.state)
-    try:
-        http = await start_http(JobsApi(driver, running.state.store, token), host, running.port + 1)
-    except OSError as e:
-        await running.stop(0)
-        raise OSError(
-            f"cannot serve the jobs API on {host}:{running.port + 1} (the gRPC port + 1): {e}; "
-            "pick another --port"
-        ) from None
-    log.info("jobs API on http://%s:%d", host, running.port + 1)
-    return RunningCluster(grpc=running, http=http, http_port=running.port + 1, driver=driver)
+    data_dir = config.server.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    async with contextlib.AsyncExitStack() as stack:
+        instances = Instances(config.server.instance_names)
+        store = open_store(config)
+        results = ActionResultStore(data_dir / "action_cache.db")
+        stack.callback(results.close)
+        action_cache = ActionCache(store, results)
+        operations = OperationStore(data_dir / "execution.db")
+        stack.callback(operations.close)
+        hub = WorkerHub(operations, hub_config or hub_config_of(config))
+        engine = ExecutionEngine(
+            cas=store,
+            results=action_cache,
+            registry=OperationRegistry(operations),
+            hub=hub,
+            limits=limits or limits_of(config),
+        )
+        driver = JobDriver(data_dir, config.jobs, hub) if jobs else None
+        hub.set_listeners(actions=engine, jobs=driver)
+        engine.restore()
+        hub.start()
+        stack.push_async_callback(hub.stop)
+        if driver is not None:
+            driver.start()
+            stack.push_async_callback(driver.stop)
+        parts = ServerParts(
+            config=config,
+            store=store,
+            action_cache=action_cache,
+            instances=instances,
+            operations=operations,
+            hub=hub,
+            engine=engine,
+            driver=driver,
+        )
+        grpc = await start_grpc(
+            config,
+            store=parts.store,
+            action_cache=parts.action_cache,
+            instances=parts.instances,
+            engine=parts.engine,
+            hub=parts.hub,
+        )
+        # Undoes a failed start; `stop` stops the server first, with its grace.
+        stack.push_async_callback(grpc.stop, 0)
+        http, http_port = None, None
+        if driver is not None:
+            http_port = grpc.port + 1
+            token = read_token_file(config.server.token_file) if config.server.token_file else None
+            try:
+                http = await start_http(JobsApi(driver, store, token), host, http_port)
+            except OSError as e:
+                raise OSError(
+                    f"cannot serve the jobs API on {host}:{http_port} (the gRPC port + 1): {e}; "
+                    "pick another --port"
+                ) from None
+            log.info("jobs API on http://%s:%d", host, http_port)
+        return RunningCluster(
+            parts=parts, grpc=grpc, http=http, http_port=http_port, closing=stack.pop_all()
+        )
+    raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises

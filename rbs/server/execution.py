@@ -33,7 +33,7 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc
 from rbs.cas.errors import BlobNotFound, InvalidTree
 from rbs.cas.store import BlobStore
 from rbs.model import Digest, DigestFunction
-from rbs.scheduler.dispatch import Lease, QueuedAction
+from rbs.scheduler.dispatch_events import Lease, QueuedAction
 from rbs.server.action_cache import ActionCache
 from rbs.server.instances import Instances
 from rbs.server.operations import KEEP_DONE_S, Operation, OperationRegistry, Stage, UnknownOperation
@@ -76,7 +76,11 @@ class ExecutionLimits:
 
 
 class ExecutionEngine:
-    """Execute's logic; the hub reports lease progress back through ActionEvents."""
+    """Execute's logic; the hub reports lease progress back through ActionEvents.
+
+    The hub and the engine need each other: whoever builds the server creates the hub,
+    then the engine on it, then hands the engine to the hub (`WorkerHub.set_listeners`).
+    """
 
     def __init__(
         self,
@@ -94,7 +98,6 @@ class ExecutionEngine:
         self.limits = limits or ExecutionLimits()
         self._complete_roots: dict[Digest, float] = {}
         self._last_prune = time.monotonic()
-        hub.actions = self
 
     # ------------------------------------------------------------------ startup
 

@@ -26,7 +26,8 @@ from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs.model import Digest, JobManifest, JobState
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
-from rbs.scheduler.dispatch import WorkerInfo, WorkerState
+from rbs.scheduler.dispatch import ConnectionState
+from rbs.scheduler.dispatch_events import WorkerInfo
 from rbs.scheduler.events import (
     Cancel,
     Event,
@@ -154,7 +155,6 @@ class JobDriver:
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run())
         self._ticker = loop.create_task(self._tick())
-        self.hub.jobs = self
 
     async def stop(self) -> None:
         for t in (self._ticker, self._task):
@@ -170,8 +170,8 @@ class JobDriver:
             await asyncio.sleep(TICK_S)
             # Connected workers are alive: the hub tracks their heartbeats and reports
             # the lost ones (worker_lost); the core's own timeout covers a restart.
-            for view in self.hub.dispatcher.workers():
-                if view.state is WorkerState.CONNECTED and view.info.job_slots:
+            for view in self.hub.workers():
+                if view.state is ConnectionState.CONNECTED and view.info.job_slots:
                     self._post(Heartbeat(worker_id=view.info.worker_id))
             self._post(Tick())
 

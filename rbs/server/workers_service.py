@@ -1,12 +1,14 @@
 """The Workers service: each worker's long-lived stream, and the hub that drives dispatch.
 
 `WorkerHub` owns the `Dispatcher` (pure) and the open worker sessions. It feeds the
-dispatcher events (register, heartbeat, lease started/finished, stream ended, timer
-ticks) and carries out its instructions: an `ActionLease` goes down the worker's
-stream, a lost worker's leases come back as new leases on other workers, and an
-operation that ran out of attempts is failed through the `ActionEvents` listener (the
-Execution engine). Job messages are passed to an optional `JobEvents` listener, which
-the job scheduler sets; it sends job leases with `send`.
+dispatcher events (`rbs.scheduler.dispatch_events`: register, heartbeat, lease
+started/finished, stream ended, timer ticks) through `Dispatcher.handle` and carries out
+the instructions, one handler per instruction type: an `ActionLease` goes down the
+worker's stream, a lost worker's leases come back as new leases on other workers, and
+an operation that ran out of attempts is failed through the `ActionEvents` listener
+(the Execution engine). Job messages are passed to an optional `JobEvents` listener
+(the job driver); it sends job leases with `send`. Whoever builds the server hands the
+hub both listeners with `set_listeners`.
 
 `WorkersServicer` is the thin gRPC edge: it converts messages and routes them.
 """
@@ -29,16 +31,30 @@ from google.rpc import status_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
-from rbs.scheduler.dispatch import (
-    CancelLease,
-    Dispatcher,
-    FailOperation,
-    Instruction,
+from rbs.scheduler.dispatch import DispatchConfig, Dispatcher, WorkerView
+from rbs.scheduler.dispatch_events import (
+    ActionSubmitted,
+    DispatchEvent,
+    DispatchTick,
     Lease,
+    LeaseFinished,
+    LeaseStarted,
+    OperationCompleted,
     QueuedAction,
-    StartLease,
+    WorkerConnected,
+    WorkerDisconnected,
+    WorkerHeartbeat,
     WorkerInfo,
-    WorkerState,
+    WorkerRestored,
+)
+from rbs.scheduler.dispatch_instructions import (
+    CancelLease,
+    DeliverResult,
+    DispatchInstruction,
+    DropWorker,
+    FailOperation,
+    MarkExecuting,
+    StartLease,
 )
 from rbs.server.operations import OperationStore
 from rbs.wire.errors import InvalidRequest, rpc_errors
@@ -86,6 +102,7 @@ class HubConfig:
     heartbeat_timeout: float = 30.0
     reconnect_grace: float = 10.0
     max_attempts: int = 3
+    validate: bool = False  # check the dispatcher's invariants after every step (tests)
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval <= 0 or self.heartbeat_timeout <= self.heartbeat_interval:
@@ -115,19 +132,36 @@ class WorkerHub:
     ) -> None:
         self.config = config or HubConfig()
         self.dispatcher = Dispatcher(
-            heartbeat_timeout=self.config.heartbeat_timeout,
-            reconnect_grace=self.config.reconnect_grace,
-            max_attempts=self.config.max_attempts,
+            DispatchConfig(
+                heartbeat_timeout=self.config.heartbeat_timeout,
+                reconnect_grace=self.config.reconnect_grace,
+                max_attempts=self.config.max_attempts,
+                # Lease ids must never repeat across restarts: a worker may still hold an old one.
+                lease_prefix=f"{uuid.uuid4().hex[:8]}-",
+                validate=self.config.validate,
+            )
         )
-        # Lease ids must never repeat across restarts: a worker may still hold an old one.
-        self.dispatcher.set_lease_prefix(f"{uuid.uuid4().hex[:8]}-")
         self._store = store
         self._clock = clock
         self._sessions: dict[str, _Session] = {}
         self.actions: ActionEvents | None = None
         self.jobs: JobEvents | None = None
         self._reaper: asyncio.Task[None] | None = None
-        self._lost_seen: set[str] = set()
+        self._carriers: Mapping[type, Callable[[Any], None]] = {
+            StartLease: self._start_lease,
+            CancelLease: self._cancel_lease,
+            FailOperation: self._fail_operation,
+            MarkExecuting: self._mark_executing,
+            DeliverResult: self._deliver_result,
+            DropWorker: self._drop_worker,
+        }
+
+    def set_listeners(
+        self, *, actions: ActionEvents | None = None, jobs: JobEvents | None = None
+    ) -> None:
+        """Who hears about leases (the Execution engine) and job traffic (the job driver)."""
+        self.actions = actions
+        self.jobs = jobs
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,14 +182,12 @@ class WorkerHub:
         while True:
             await asyncio.sleep(period)
             try:
-                self._carry_out(self.dispatcher.tick(self._clock()))
-                self._note_lost()
+                self._step(DispatchTick())
             except Exception:
                 log.exception("worker reaper step failed; continuing")
 
     def restore(self, workers: list[tuple[str, str, float]], leases: list[Lease]) -> None:
         """After a restart: known workers (as disconnected) and the leases they held."""
-        now = self._clock()
         by_worker: dict[str, list[Lease]] = {}
         for lease in leases:
             by_worker.setdefault(lease.worker_id, []).append(lease)
@@ -165,7 +197,7 @@ class WorkerHub:
             except (ValueError, TypeError) as e:
                 log.warning("ignoring unreadable record of worker %s: %s", worker_id, e)
                 continue
-            self.dispatcher.restore(info, by_worker.pop(worker_id, []), now)
+            self._step(WorkerRestored(info=info, leases=tuple(by_worker.pop(worker_id, []))))
         for orphans in by_worker.values():
             for lease in orphans:
                 self.submit(lease.action)
@@ -173,10 +205,10 @@ class WorkerHub:
     # ------------------------------------------------------------------ actions
 
     def submit(self, action: QueuedAction) -> None:
-        self._carry_out(self.dispatcher.submit(action))
+        self._step(ActionSubmitted(action=action))
 
     def complete(self, operation: str) -> None:
-        self._carry_out(self.dispatcher.complete(operation))
+        self._step(OperationCompleted(operation=operation))
 
     def send(self, worker_id: str, message: w_pb2.ServerMessage) -> bool:
         """Queue a message for a connected worker; False when it is not connected."""
@@ -186,61 +218,75 @@ class WorkerHub:
         session.outbox.put_nowait(message)
         return True
 
-    def _carry_out(self, instructions: list[Instruction]) -> None:
-        for ins in instructions:
-            if isinstance(ins, StartLease):
-                lease = self.dispatcher.lease(ins.lease_id)
-                assert lease is not None
-                if self.actions is not None:
-                    self.actions.action_leased(lease)
-                a = ins.action
-                msg = w_pb2.ServerMessage(
-                    action_lease=w_pb2.ActionLease(
-                        lease_id=ins.lease_id,
-                        operation_name=a.operation,
-                        action_digest=digest_to_proto(a.action_digest),
-                        digest_function=function_to_proto(a.action_digest.function),
-                        timeout=duration_pb2.Duration(
-                            seconds=int(a.timeout_s), nanos=int((a.timeout_s % 1) * 1e9)
-                        ),
-                        attempt=a.attempt,
-                    )
-                )
-                if not self.send(ins.worker_id, msg):
-                    log.warning("worker %s has no open stream for %s", ins.worker_id, ins.lease_id)
-                log.info(
-                    "lease %s: %s attempt %d -> worker %s",
-                    ins.lease_id,
-                    a.operation,
-                    a.attempt,
-                    ins.worker_id,
-                )
-            elif isinstance(ins, CancelLease):
-                log.info("cancel lease %s on %s: %s", ins.lease_id, ins.worker_id, ins.reason)
-                self.send(
-                    ins.worker_id,
-                    w_pb2.ServerMessage(
-                        cancel_action=w_pb2.CancelAction(lease_id=ins.lease_id, reason=ins.reason)
-                    ),
-                )
-            elif isinstance(ins, FailOperation):
-                log.warning("%s failed: %s", ins.operation, ins.message)
-                if self.actions is not None:
-                    self.actions.action_failed(ins.operation, ins.message)
+    def workers(self) -> list[WorkerView]:
+        """Every worker the dispatcher knows, by id, with its connection state."""
+        return self.dispatcher.workers()
 
-    def _note_lost(self) -> None:
-        for view in self.dispatcher.workers():
-            wid = view.info.worker_id
-            if view.state is WorkerState.LOST and wid not in self._lost_seen:
-                self._lost_seen.add(wid)
-                log.warning("worker %s is lost", wid)
-                session = self._sessions.get(wid)
-                if session is not None:
-                    # Silent but still connected (frozen, overloaded): end its stream so
-                    # that, if it wakes up, it registers afresh and drops what it holds.
-                    session.outbox.put_nowait(None)
-                if self.jobs is not None:
-                    self.jobs.worker_lost(wid)
+    def _step(self, event: DispatchEvent) -> list[DispatchInstruction]:
+        """Feed one event to the dispatcher and carry its instructions out, in order."""
+        instructions = self.dispatcher.handle(event, self._clock())
+        for ins in instructions:
+            self._carriers[type(ins)](ins)
+        return instructions
+
+    def _start_lease(self, ins: StartLease) -> None:
+        if self.actions is not None:
+            self.actions.action_leased(ins.lease)
+        a = ins.action
+        msg = w_pb2.ServerMessage(
+            action_lease=w_pb2.ActionLease(
+                lease_id=ins.lease_id,
+                operation_name=a.operation,
+                action_digest=digest_to_proto(a.action_digest),
+                digest_function=function_to_proto(a.action_digest.function),
+                timeout=duration_pb2.Duration(
+                    seconds=int(a.timeout_s), nanos=int((a.timeout_s % 1) * 1e9)
+                ),
+                attempt=a.attempt,
+            )
+        )
+        if not self.send(ins.worker_id, msg):
+            log.warning("worker %s has no open stream for %s", ins.worker_id, ins.lease_id)
+        log.info(
+            "lease %s: %s attempt %d -> worker %s",
+            ins.lease_id,
+            a.operation,
+            a.attempt,
+            ins.worker_id,
+        )
+
+    def _cancel_lease(self, ins: CancelLease) -> None:
+        log.info("cancel lease %s on %s: %s", ins.lease_id, ins.worker_id, ins.reason)
+        self.send(
+            ins.worker_id,
+            w_pb2.ServerMessage(
+                cancel_action=w_pb2.CancelAction(lease_id=ins.lease_id, reason=ins.reason)
+            ),
+        )
+
+    def _fail_operation(self, ins: FailOperation) -> None:
+        log.warning("%s failed: %s", ins.operation, ins.message)
+        if self.actions is not None:
+            self.actions.action_failed(ins.operation, ins.message)
+
+    def _mark_executing(self, ins: MarkExecuting) -> None:
+        if self.actions is not None:
+            self.actions.action_started(ins.lease)
+
+    def _deliver_result(self, ins: DeliverResult) -> None:
+        # The result itself is a wire message the dispatcher never sees: `handle` below,
+        # which holds it, hands it to the engine once the other instructions are out.
+        pass
+
+    def _drop_worker(self, ins: DropWorker) -> None:
+        log.warning("worker %s is lost: %s", ins.worker_id, ins.reason)
+        session = self._sessions.get(ins.worker_id)
+        if session is not None:
+            # Silent but still connected (frozen, overloaded): end its stream so
+            # that, if it wakes up, it registers afresh and drops what it holds.
+            session.outbox.put_nowait(None)
+        if self.jobs is not None:
+            self.jobs.worker_lost(ins.worker_id)
 
     # ------------------------------------------------------------------ sessions
 
@@ -252,7 +298,6 @@ class WorkerHub:
             old.outbox.put_nowait(None)
         session = _Session(info.worker_id)
         self._sessions[info.worker_id] = session
-        self._lost_seen.discard(info.worker_id)
         self._store.save_worker(info.worker_id, json.dumps(asdict(info)), time.time())
         session.outbox.put_nowait(
             w_pb2.ServerMessage(
@@ -273,7 +318,7 @@ class WorkerHub:
             info.job_slots,
         )
         held = tuple(register.held_action_leases)
-        self._carry_out(self.dispatcher.connect(info, held, self._clock()))
+        self._step(WorkerConnected(info=info, held_leases=held))
         if self.jobs is not None:
             self.jobs.worker_connected(info, tuple(register.held_job_leases))
         return session
@@ -283,25 +328,22 @@ class WorkerHub:
             return  # replaced by a newer stream of the same worker
         del self._sessions[session.worker_id]
         log.info("worker %s disconnected", session.worker_id)
-        self._carry_out(self.dispatcher.disconnect(session.worker_id, self._clock()))
-        self._note_lost()
+        self._step(WorkerDisconnected(worker_id=session.worker_id))
 
     async def handle(self, worker_id: str, msg: w_pb2.WorkerMessage) -> None:
         kind = msg.WhichOneof("kind")
         if kind == "heartbeat":
-            self.dispatcher.heartbeat(worker_id, self._clock())
+            self._step(WorkerHeartbeat(worker_id=worker_id))
         elif kind == "action_started":
-            lease = self.dispatcher.started(msg.action_started.lease_id)
-            if lease is not None and self.actions is not None:
-                self.actions.action_started(lease)
+            self._step(LeaseStarted(lease_id=msg.action_started.lease_id))
         elif kind == "action_finished":
             fin = msg.action_finished
-            op = self.dispatcher.operation_of(fin.lease_id)
-            self._carry_out(self.dispatcher.finished(fin.lease_id))
-            if op is None:
+            done = self._step(LeaseFinished(lease_id=fin.lease_id))
+            ops = [i.operation for i in done if isinstance(i, DeliverResult)]
+            if not ops:
                 log.info("ignoring result of unknown lease %s from %s", fin.lease_id, worker_id)
             elif self.actions is not None:
-                await self.actions.action_finished(op, fin.status, fin.result)
+                await self.actions.action_finished(ops[0], fin.status, fin.result)
         elif kind in ("job_started", "job_finished", "log_lines"):
             if self.jobs is not None:
                 await self.jobs.job_message(worker_id, msg)
@@ -310,7 +352,7 @@ class WorkerHub:
         elif kind == "register":
             raise InvalidRequest("Register may only be the first message of a Connect stream")
         # Heartbeats also prove liveness: any message counts.
-        self.dispatcher.heartbeat(worker_id, self._clock())
+        self._step(WorkerHeartbeat(worker_id=worker_id))
 
     # ------------------------------------------------------------------ status
 

@@ -10,16 +10,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rbs.executor.worker import Worker, WorkerConfig
+from rbs.scheduler.dispatch import WorkerView
+from rbs.server.cluster import RunningCluster, start_cluster
 from rbs.server.config import Config, ServerConfig
-from rbs.server.exec_setup import WORKERS, execution_services
 from rbs.server.execution import ExecutionLimits
-from rbs.server.grpc_server import EXECUTION, SERVICES, RunningServer, start_server
-from rbs.server.workers_service import HubConfig
+from rbs.server.workers_service import HubConfig, WorkerHub
 
 T = TypeVar("T")
 
 FAST_HUB = HubConfig(
-    heartbeat_interval=0.2, heartbeat_timeout=3.0, reconnect_grace=1.0, max_attempts=3
+    heartbeat_interval=0.2,
+    heartbeat_timeout=3.0,
+    reconnect_grace=1.0,
+    max_attempts=3,
+    validate=True,
 )
 
 
@@ -41,14 +45,13 @@ class Cluster:
                 host="127.0.0.1", port=port, data_dir=data_dir, token_file=token_file
             )
         )
-        # The default services already hold Execution and Workers with default timings.
-        base = tuple(s for s in SERVICES if s.name not in (EXECUTION, WORKERS))
-        self.services = (*base, *execution_services(hub, limits))
+        self.hub_config = hub
+        self.limits = limits
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         try:
-            self.server: RunningServer = self.call(start_server(self.config, self.services))
+            self.server: RunningCluster = self.call(self._start())
         except BaseException:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
@@ -68,7 +71,13 @@ class Cluster:
                 token_file=self.config.server.token_file,
             )
         )
-        self.server = self.call(start_server(self.config, self.services))
+        self.server = self.call(self._start())
+
+    async def _start(self) -> RunningCluster:
+        # No job driver: these tests run build actions only.
+        return await start_cluster(
+            self.config, jobs=False, hub_config=self.hub_config, limits=self.limits
+        )
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -111,10 +120,8 @@ class Cluster:
         raise TimeoutError(f"{n} worker(s) did not connect within {timeout}s")
 
     @property
-    def hub(self) -> Any:
-        from rbs.server.exec_setup import _CLUSTERS
-
-        return _CLUSTERS[id(self.server.state)].hub
+    def hub(self) -> WorkerHub:
+        return self.server.hub
 
     def stop_workers(self) -> None:
         for w, fut in self.workers:
@@ -129,8 +136,8 @@ class Cluster:
         self.thread.join(10)
 
 
-async def _views(hub: Any) -> Any:
-    return hub.dispatcher.workers()
+async def _views(hub: WorkerHub) -> list[WorkerView]:
+    return hub.workers()
 
 
 async def _wait(fut: asyncio.Future[None]) -> None:

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from rbs.server.cluster import RunningCluster, start_cluster
 from rbs.server.config import CasConfig, Config, ServerConfig
-from rbs.server.grpc_server import RunningServer, start_server
 
 
 class ServerThread:
@@ -17,7 +17,7 @@ class ServerThread:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.loop = asyncio.new_event_loop()
-        self.running: RunningServer | None = None
+        self.running: RunningCluster | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._stop: asyncio.Event | None = None
@@ -30,7 +30,8 @@ class ServerThread:
 
     async def _main(self) -> None:
         try:
-            self.running = await start_server(self.config)
+            # The REAPI tests need no job scheduler: no job driver, no jobs API.
+            self.running = await start_cluster(self.config, jobs=False)
         except BaseException as e:
             self._error = e
             self._ready.set()

@@ -45,7 +45,7 @@ def test_capabilities(channel: grpc.Channel) -> None:
     assert ec.digest_function == DF.SHA256
     assert list(ec.digest_functions) == [DF.SHA256, DF.BLAKE3]
     # Execution is advertised exactly when an Execution service is registered.
-    assert ec.exec_enabled == (EXECUTION in {s.name for s in SERVICES})
+    assert ec.exec_enabled == (EXECUTION in SERVICES)
 
 
 def test_find_missing_mixed_functions(server: ServerThread, channel: grpc.Channel) -> None:

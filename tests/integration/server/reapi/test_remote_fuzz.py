@@ -18,7 +18,7 @@ from rbs.model import Digest, DigestFunction
 from rbs.server.grpc_server import SERVICES as server_services
 
 # Every service the server hosts, REAPI and rbs's own alike.
-SERVICES = [descriptor_pool.Default().FindServiceByName(s.name) for s in server_services]
+SERVICES = [descriptor_pool.Default().FindServiceByName(name) for name in server_services]
 METHODS = [(s, m) for s in SERVICES for m in s.methods]
 PAYLOADS_PER_METHOD = 40
 # Statuses a well-behaved server may answer garbage with: never INTERNAL or UNKNOWN.
