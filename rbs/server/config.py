@@ -42,12 +42,9 @@ from typing import Any
 from rbs.scheduler.config import SchedulerConfig, load_scheduler_config
 from rbs.server.exec_config import ExecutionConfig, load_execution_config
 from rbs.units import SpecError, parse_size
+from rbs.wire.limits import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
 
 DEFAULT_PORT = 8980
-DEFAULT_BATCH_SIZE = 4 << 20
-# Room for framing and per-blob overhead above the advertised batch limit, so a batch
-# that respects the limit always fits in one gRPC message.
-MESSAGE_HEADROOM = 1 << 20
 
 
 def default_data_dir() -> Path:

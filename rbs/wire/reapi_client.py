@@ -32,8 +32,8 @@ from rbs._proto.google.bytestream import bytestream_pb2_grpc as bs_grpc
 from rbs.cas.errors import BlobNotFound, CasError, DigestMismatch
 from rbs.cas.store import BlobStore, BlobWriter, hash_file
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
-from rbs.server.config import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
 from rbs.wire.auth import auth_metadata, token_from_env
+from rbs.wire.limits import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
 from rbs.wire.reapi import digest_to_proto, function_to_proto
 from rbs.wire.resource_names import format_read_name, format_write_name
 
