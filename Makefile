@@ -15,12 +15,17 @@ $(STAMP): requirements.lock pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	@touch $(STAMP)
 
-# Debian packages some tests need (real Bazel for the interop tests).
+# Debian packages some tests need (real Bazel for the interop tests; zsh and fish for
+# the shell completion tests).
 system-deps:
 	@command -v bazel >/dev/null 2>&1 || { \
 	  echo "installing Debian's bazel-bootstrap for the Bazel interop tests"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bazel-bootstrap >/dev/null) \
 	  || echo "warning: could not install bazel-bootstrap; Bazel interop tests will be skipped"; }
+	@{ command -v zsh >/dev/null 2>&1 && command -v fish >/dev/null 2>&1; } || { \
+	  echo "installing zsh and fish for the shell completion tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zsh fish >/dev/null) \
+	  || echo "warning: could not install zsh and fish; their completion tests will be skipped"; }
 
 # Build the example job targets and run them on the embedded local cluster.
 demo: setup

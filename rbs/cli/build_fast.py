@@ -1,7 +1,8 @@
 """`rbs build` without click when nothing changed: the no-op answer in a few stat() calls.
 
 An up-to-date build is the most common one, so it is answered before click or the
-build engine is imported; anything else goes to the click command in rbs.cli.build.
+build engine is imported; anything else goes to the click command in rbs.cli.build
+(rbs.cli.main hands it over when `main` returns None).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def _patterns(argv: list[str]) -> list[str] | None:
     return out or None
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int | None:
+    """0 when the build is a no-op; None hands the call to the click command."""
     started = time.monotonic()
     patterns = _patterns(argv)
     if patterns is not None:
@@ -52,9 +54,6 @@ def main(argv: list[str]) -> int:
             if BuildState.load(root).is_noop(request):
                 print(f"rbs: up to date ({time.monotonic() - started:.2f}s)", file=sys.stderr)
                 return 0
-        except Exception:  # any doubt: the full command below decides and reports
+        except Exception:  # any doubt: the full command decides and reports
             pass
-    from rbs.cli.build import build
-
-    build.main(args=argv, prog_name="rbs build")
-    return 0
+    return None

@@ -1,39 +1,31 @@
-"""The `rbs` entry point; every command group is registered here, in one table.
+"""The `rbs` entry point: a command's fast entry point if it has one, else the click root.
 
 Start-up time is part of the product: `rbs job submit` runs in shell loops, so this
-module imports nothing heavy. Click groups are imported only when invoked, and the
-`job` group (hand-written on argparse, see docs/design/jobs.md) is dispatched before
-click is imported at all.
+module imports nothing heavy. A command with a fast entry point in rbs.cli.commands
+(a plain `rbs job submit`, a no-op `rbs build`) is answered before click is imported;
+every other call, and every call a fast entry point hands back, goes to the click root
+(rbs.cli.root), which imports each command's module only when it is invoked.
 """
 
 from __future__ import annotations
 
 import sys
 
-# name -> (module, attribute, one-line help). The one place commands are registered.
-# The attribute is a click command, except for FAST_COMMANDS, whose attribute is a
-# `main(argv) -> int` function.
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "cas": ("rbs.cli.cas", "cas", "Operate the content-addressed store."),
-    "remote": ("rbs.cli.remote", "remote", "Run the remote cache and execution server."),
-    "run": ("rbs.cli.build", "run", "Build and run an executable target."),
-    "test": ("rbs.cli.build", "test", "Build and run tests; summarize passes and failures."),
-    "query": ("rbs.cli.build", "query", "List targets and their dependencies."),
-    "clean": ("rbs.cli.build", "clean", "Delete build outputs (rbs-out/) and state."),
-}
-FAST_COMMANDS: dict[str, tuple[str, str, str]] = {
-    "job": ("rbs.cli.job", "main", "Submit and manage batch jobs on the cluster."),
-    "build": ("rbs.cli.build_fast", "main", "Build targets from BUILD files."),
-}
+from rbs.cli.commands import COMMANDS
 
 
 def main() -> None:
     argv = sys.argv[1:]
-    if argv and argv[0] in FAST_COMMANDS:
+    entry = COMMANDS.get(argv[0]) if argv else None
+    if entry is not None and entry[3] is not None:
         import importlib
 
-        module, attr, _ = FAST_COMMANDS[argv[0]]
-        sys.exit(getattr(importlib.import_module(module), attr)(argv[1:]))
+        module, _, attr = entry[3].partition(":")
+        code = getattr(importlib.import_module(module), attr)(argv[1:])
+        if code is not None:
+            sys.exit(code)
     from rbs.cli.root import cli
 
-    cli()
+    # Named, not detected (`python -m rbs` under -m): usage lines read `rbs ...`, and the
+    # completion scripts' variable is click's `_RBS_COMPLETE` however rbs was started.
+    cli.main(prog_name="rbs")

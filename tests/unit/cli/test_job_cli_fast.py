@@ -1,13 +1,17 @@
-"""`rbs job submit`'s fast argument path agrees with argparse, or defers to it."""
+"""`rbs job submit`'s fast argument path agrees with the click command, or defers to it."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import click
 import pytest
+from click.testing import CliRunner
 
-from rbs.cli.job import build_parser, cmd_submit, fast_submit_args
+from rbs.cli.job import job
+from rbs.cli.job_submit import SUBMIT_FLAGS, fast_submit_args, param_name
+from rbs.cli.root import CONTEXT_SETTINGS, cli
 
 SAME = [
     ["submit", "--", "true"],
@@ -20,6 +24,7 @@ SAME = [
     ["submit", "--checkpoint-dir", "ck", "--name", "", "--", "x", "--", "y"],
     ["submit", "--cpus", "1", "--cpus", "2", "--", "x", "--cpus", "3"],
     ["submit", "--script", "run.sh", "--", "x"],
+    ["submit", "--manifest=m.job.json", "--priority=-3", "--", "x"],
 ]
 
 DEFER = [
@@ -29,7 +34,8 @@ DEFER = [
     ["submit", "--"],
     ["submit", "true"],
     ["submit", "--help"],
-    ["submit", "--cpu", "1", "--", "x"],  # an abbreviation: argparse's business
+    ["submit", "-h"],
+    ["submit", "--cpu", "1", "--", "x"],  # an abbreviation: the click command's business
     ["submit", "--cpus", "--", "x"],
     ["submit", "--priority", "-1", "--", "x"],
     ["submit", "--priority", "high", "--", "x"],
@@ -41,25 +47,46 @@ DEFER = [
 ]
 
 
+def click_params(argv: list[str]) -> dict[str, object]:
+    """The parameters the click command `rbs job submit` parses from `argv`."""
+    assert argv[0] == "submit"
+    # Under the root's context, as `rbs job submit` runs: it decides the help flags.
+    root = click.Context(cli, info_name="rbs", **CONTEXT_SETTINGS)
+    group = click.Context(job, info_name="job", parent=root)
+    with job.commands["submit"].make_context("submit", argv[1:], parent=group) as ctx:
+        return dict(ctx.params)
+
+
+def test_same_covers_every_flag_kind() -> None:
+    """Every submit flag appears in SAME, so the comparison covers each kind of flag."""
+    used = {param_name(tok.partition("=")[0]) for argv in SAME for tok in argv}
+    assert {param_name(flag) for flag, *_ in SUBMIT_FLAGS} <= used
+
+
+def test_every_submit_flag_has_help() -> None:
+    text = CliRunner().invoke(cli, ["job", "submit", "--help"], prog_name="rbs").output
+    for flag, _, _, help_text in SUBMIT_FLAGS:
+        assert help_text
+        assert flag in text
+
+
 @pytest.mark.parametrize("argv", SAME, ids=" ".join)
-def test_fast_path_equals_argparse(argv: list[str]) -> None:
+def test_fast_path_equals_click(argv: list[str]) -> None:
     fast = fast_submit_args(argv)
     assert fast is not None
-    slow = vars(build_parser().parse_args(argv))
-    del slow["parser"]
-    assert vars(fast) == {**slow, "func": cmd_submit}
+    assert fast == click_params(argv)
 
 
 @pytest.mark.parametrize("argv", DEFER, ids=" ".join)
-def test_anything_else_goes_to_argparse(argv: list[str]) -> None:
+def test_anything_else_goes_to_click(argv: list[str]) -> None:
     assert fast_submit_args(argv) is None
 
 
-def test_submit_path_imports_no_argparse() -> None:
+def test_submit_path_imports_no_click_or_argparse() -> None:
     code = (
-        "import sys; from rbs.cli.job import fast_submit_args; "
+        "import sys; from rbs.cli.job_submit import fast_submit_args; "
         "fast_submit_args(['submit', '--cpus', '1', '--', 'true']); "
-        "print(sorted({'argparse', 'typing', 'shutil'} & set(sys.modules)))"
+        "print(sorted({'argparse', 'click', 'typing', 'shutil'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,0 +1,262 @@
+"""`rbs job submit`: its flags, its work, and the fast path that skips click for a plain submit.
+
+The flags are declared once, in SUBMIT_FLAGS: rbs.cli.job makes the click options from
+them, and `fast_submit_args` parses a plain submit (known `--flag VALUE` pairs, then
+`-- COMMAND`) into exactly the parameters click would give, so a shell loop of submits
+pays for neither click (~30 ms) nor argparse. Anything else goes to the click command.
+This module imports only the standard library and rbs.client.jobs on that path (no
+`typing`, no `argparse`): docs/design/jobs.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rbs.client.errors import JobError
+
+# Not `from typing import TYPE_CHECKING`: typing costs `rbs job submit` milliseconds of
+# start-up; type checkers treat this name as true all the same.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
+
+    from rbs.client.jobs import JobsClient
+
+# How a flag takes its value: TEXT and INT take one (the last one given wins), LIST one
+# per use (repeatable, kept in order), FLAG none.
+TEXT, INT, LIST, FLAG = "text", "int", "list", "flag"
+
+# (flag, kind, metavar, help). Every `rbs job` command takes COMMON_FLAGS.
+COMMON_FLAGS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "--server",
+        TEXT,
+        "HOST:PORT",
+        "Cluster address HOST:PORT (default: $RBS_REMOTE, else the local cluster).",
+    ),
+    (
+        "--token-file",
+        TEXT,
+        "FILE",
+        "File holding the cluster's token (default: $RBS_REMOTE_TOKEN).",
+    ),
+)
+SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
+    *COMMON_FLAGS,
+    ("--name", TEXT, "NAME", "Job name (default: the command or script name)."),
+    ("--queue", TEXT, "QUEUE", "Queue (default: batch)."),
+    ("--priority", INT, "N", "Higher runs first; waiting adds an age bonus."),
+    ("--cpus", TEXT, "CPUS", "CPUs to reserve: 2, 0.5, 500m."),
+    ("--memory-gb", TEXT, "GIB", "Memory to reserve (a hard limit), in GiB."),
+    ("--gpus", INT, "N", "Whole GPUs to pin (CUDA_VISIBLE_DEVICES)."),
+    ("--time", TEXT, "LIMIT", "Time limit: 30m, 2h, 1d, 1h30m or SECONDS."),
+    ("--deps", TEXT, "DEPS", "Dependencies: afterok:ID,afterany:ID,afternotok:ID."),
+    ("--array", TEXT, "INDICES", "Task indices: 0-99, 1,3,7, 0-99%10 (at most 10 at once)."),
+    ("--env", LIST, "KEY[=VALUE]", "Set (or copy from here) a variable; repeatable."),
+    ("--inputs", LIST, "PATH|DEST=SRC", "Stage into the working directory; repeatable."),
+    ("--outputs", LIST, "PATH", "Record PATH into the CAS when the job ends; repeatable."),
+    ("--no-requeue", FLAG, "", "End as NODE_FAIL on worker loss instead of requeuing."),
+    ("--nodes", INT, "N", "Run on N workers at once (a gang)."),
+    ("--max-retries", INT, "N", "Retry a failed job up to N times."),
+    ("--checkpoint-dir", TEXT, "DIR", "Folder saved after each attempt, restored before the next."),
+    ("--script", TEXT, "FILE", "Run this script file (staged with the job)."),
+    ("--manifest", TEXT, "FILE", "Submit a FILE.job.json built earlier."),
+    ("--wait", FLAG, "", "Wait for the job to end; exit non-zero unless COMPLETED."),
+)
+USAGE = "[OPTIONS] -- COMMAND [ARGS...] | --script FILE | //pkg:target"
+
+
+def param_name(flag: str) -> str:
+    """The parameter a flag sets, named as click names it: --memory-gb -> memory_gb."""
+    return flag[2:].replace("-", "_")
+
+
+_KINDS = {flag: kind for flag, kind, _, _ in SUBMIT_FLAGS}
+_DEFAULTS: dict[str, object] = {
+    param_name(flag): {LIST: (), FLAG: False}.get(kind) for flag, kind in _KINDS.items()
+}
+
+
+def fast_submit_args(argv: Sequence[str]) -> dict[str, object] | None:
+    """`submit [--flag VALUE | --flag=VALUE ...] -- COMMAND...` parsed without click.
+
+    Returns None for anything else (help, errors, abbreviations, values starting with
+    "-", a //pkg:target, no `--`), which the click command then parses as always; for
+    what it accepts it gives exactly click's parameters (tests/unit/cli/test_job_cli_fast.py).
+    """
+    if not argv or argv[0] != "submit":
+        return None
+    values = dict(_DEFAULTS)
+    i, n = 1, len(argv)
+    while i < n:
+        tok = argv[i]
+        if tok == "--":
+            break
+        if _KINDS.get(tok) == FLAG:
+            values[param_name(tok)] = True
+            i += 1
+            continue
+        flag, eq, value = tok.partition("=")
+        kind = _KINDS.get(flag)
+        if kind is None or kind == FLAG:
+            return None
+        if not eq:
+            if i + 1 >= n or argv[i + 1].startswith("-"):
+                return None
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        name = param_name(flag)
+        if kind == INT:
+            try:
+                values[name] = int(value)
+            except ValueError:
+                return None
+        elif kind == LIST:
+            items = values[name]
+            values[name] = (*items, value) if isinstance(items, tuple) else (value,)
+        else:
+            values[name] = value
+    command = tuple(argv[i + 1 :])
+    if i >= n or not command or command[0] == "--" or command[0].startswith("//"):
+        return None
+    values["command"] = command
+    return values
+
+
+def fast_main(argv: Sequence[str]) -> int | None:
+    """The fast entry point of `rbs job`: a plain submit's exit code, or None for click."""
+    params = fast_submit_args(argv)
+    if params is None:
+        return None
+    return report("submit", lambda: submit(params))
+
+
+def report(cmd: str, run: Callable[[], int]) -> int:
+    """Run one `rbs job` command: its exit code, or 2 and one line naming what was wrong."""
+    try:
+        return int(run())
+    except (JobError, ValueError, OSError) as e:
+        print(f"rbs job {cmd}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def client_for(server: str | None, token_file: str | None) -> JobsClient:
+    """The jobs client for --server and --token-file (both optional)."""
+    # Imported here, not above, so that `rbs job --help` does without it (and its json).
+    from rbs.client.jobs import JobsClient
+
+    token = None
+    if token_file:
+        try:
+            with open(token_file) as f:
+                token = f.read().strip()
+        except OSError as e:
+            raise JobError(f"--token-file {token_file!r}: {e.strerror}") from None
+    return JobsClient(server, token=token)
+
+
+def _env_items(items: Sequence[str]) -> list[str]:
+    out = []
+    for item in items:
+        if "=" in item:
+            out.append(item)
+            continue
+        value = os.environ.get(item)
+        if value is None:
+            raise JobError(
+                f"--env {item}: {item} is not set in your environment; "
+                f"set it or pass --env {item}=VALUE"
+            )
+        out.append(f"{item}={value}")
+    return out
+
+
+def _script_command(path: str, inputs: list[str]) -> list[str]:
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise JobError(f"--script {path!r}: no such file")
+    inputs.append(f"{p.name}={p}")
+    with open(p, "rb") as f:
+        shebang = f.read(2) == b"#!"
+    return [f"./{p.name}"] if shebang and os.access(p, os.X_OK) else ["/bin/sh", p.name]
+
+
+def submit(params: Mapping[str, Any], target: str | None = None) -> int:
+    """Submit one job from `rbs job submit`'s parameters (and a //pkg:target, if one was named)."""
+    command: list[str] = list(params["command"])
+    inputs = list(params["inputs"])
+    script, manifest_path = params["script"], params["manifest"]
+    manifest = provenance = None
+    if script:
+        if command:
+            raise JobError("give either --script FILE or a command after --, not both")
+        command = _script_command(script, inputs)
+    if manifest_path:
+        from rbs.wire.manifest import manifest_from_json
+
+        try:
+            with open(manifest_path, "rb") as f:
+                manifest = manifest_from_json(f.read())
+        except OSError as e:
+            raise JobError(f"--manifest {manifest_path!r}: {e.strerror}") from None
+        provenance = {"*": f"manifest {manifest_path}"}
+    elif target is not None:
+        from rbs.client.targets import build_job_target
+
+        manifest, provenance = build_job_target(target)
+    if manifest is not None and manifest.input_root is not None and inputs:
+        raise JobError(
+            "--inputs cannot be added to a job that has its input tree (a //pkg:target or "
+            "a built manifest): the tree is the target's binary, runfiles and data; add the "
+            "files to the target's data instead"
+        )
+    if manifest is None and not command:
+        raise JobError(
+            "nothing to run: give a command after --, --script FILE, "
+            "--manifest FILE.job.json or a //pkg:target"
+        )
+    flags: dict[str, Any] = {
+        "name": params["name"],
+        "queue": params["queue"],
+        "priority": params["priority"],
+        "cpus": params["cpus"],
+        "memory_gb": params["memory_gb"],
+        "gpus": params["gpus"],
+        "time": params["time"],
+        "deps": params["deps"],
+        "array": params["array"],
+        "env": _env_items(params["env"]) or None,
+        "outputs": list(params["outputs"]) or None,
+        "no_requeue": params["no_requeue"] or None,
+        "nodes": params["nodes"],
+        "max_retries": params["max_retries"],
+        "checkpoint_dir": params["checkpoint_dir"],
+    }
+    flags = {k: v for k, v in flags.items() if v is not None}
+    with client_for(params["server"], params["token_file"]) as client:
+        if manifest is not None:
+            from rbs.client.targets import check_queue, stage_manifest_inputs
+
+            if params["queue"] is None:
+                check_queue(client, manifest, provenance or {})
+            from pathlib import Path
+
+            source = Path(manifest_path) if manifest_path else None
+            stage_manifest_inputs(client, manifest, source=source)
+        job_id = client.submit(
+            command or None, manifest=manifest, provenance=provenance, inputs=inputs, **flags
+        )
+        print(job_id)
+        sys.stdout.flush()
+        if params["wait"]:
+            info = client.wait(job_id)
+            print(f"job {job_id}: {info.state}", file=sys.stderr)
+            return 0 if info.ok else 1
+    return 0

@@ -1,0 +1,91 @@
+"""A plain `rbs job submit` in a fresh process imports none of the heavy modules.
+
+The CLI runs in shell loops, so the submit path stays on the standard library:
+click (~30 ms), grpc (~70 ms), http.client (~30 ms, with ssl and email), rich and
+argparse cost more than the whole call should (docs/design/jobs.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("click", "grpc", "http.client", "rich", "argparse")
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
+    env["RBS_HOME"] = str(home)
+    return env
+
+
+def rbs(home: Path, *args: str, python: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *python, "-m", "rbs", *args],
+        env=_env(home),
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """RBS_HOME of an embedded local cluster, started by a first submit."""
+    home = tmp_path_factory.mktemp("rbs-home")
+    try:
+        r = rbs(home, "job", "submit", "--", "true")
+        assert r.returncode == 0, r.stderr
+        yield home
+    finally:
+        r = rbs(home, "remote", "down")
+        assert r.returncode == 0, r.stderr
+
+
+def imported(importtime_stderr: str) -> set[str]:
+    """The modules a `python -X importtime` run imported, from its report on stderr."""
+    names = set()
+    for line in importtime_stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            names.add(line.rsplit("|", 1)[1].strip())
+    return names
+
+
+def test_plain_submit_imports_no_click_grpc_http_client_rich_or_argparse(home: Path) -> None:
+    r = rbs(
+        home,
+        "job",
+        "submit",
+        "--cpus",
+        "0.1",
+        "--name",
+        "imports",
+        "--",
+        "true",
+        python=("-X", "importtime"),
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().isdigit()
+    names = imported(r.stderr)
+    # The report is read right. (rbs.cli.job_submit itself is imported by importlib,
+    # whose imports -X importtime does not time; its own imports it does.)
+    assert "rbs.client.jobs" in names
+    heavy = sorted(n for n in names if any(n == h or n.startswith(h + ".") for h in HEAVY))
+    assert heavy == []
+
+
+def test_a_submit_the_fast_path_defers_still_works(home: Path) -> None:
+    """`--wait=...` style and prefixes go to the click command, which submits the same way."""
+    r = rbs(home, "job", "submit", "--na", "deferred", "--wait", "true")
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    r = rbs(home, "job", "show", job, "--json")
+    assert r.returncode == 0, r.stderr
+    assert '"name": "deferred"' in r.stdout
