@@ -62,8 +62,8 @@ FORBIDDEN_ARROWS: dict[tuple[str, str], str] = {
 
 # The only modules that may import by string, and the table they import from.
 STRING_IMPORT_OWNERS = ("rbs.cli.main", "rbs.cli.root")
-COMMAND_TABLE_MODULE = "rbs.cli.main"
-COMMAND_TABLES = ("COMMANDS", "FAST_COMMANDS")
+COMMAND_TABLE_MODULE = "rbs.cli.commands"
+COMMAND_TABLES = ("COMMANDS",)
 STRING_IMPORT_FUNCTIONS = ("import_module", "__import__")
 
 MAX_MODULE_LINES = 500
@@ -215,12 +215,13 @@ def command_table(module: Module) -> list[Import]:
         if not isinstance(value, ast.Dict):
             continue
         for entry in value.values:
-            first = (
-                entry.elts[0] if isinstance(entry, ast.Tuple | ast.List) and entry.elts else entry
-            )
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                dst = first.value.partition(":")[0]
-                imports.append(Import(module.name, dst, module.path, entry.lineno, "table"))
+            # An entry names its module, and may name a fast entry point "module:function".
+            items = entry.elts if isinstance(entry, ast.Tuple | ast.List) else [entry]
+            for item in items:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    dst = item.value.partition(":")[0]
+                    if is_internal(dst):
+                        imports.append(Import(module.name, dst, module.path, entry.lineno, "table"))
     return imports
 
 
@@ -239,12 +240,12 @@ def string_imports(module: Module, table: Sequence[Import]) -> tuple[list[Import
         if module.name not in STRING_IMPORT_OWNERS:
             message = (
                 f"{module.name} imports by string; imports by string are listed in one table:"
-                " rbs/cli/main.py COMMANDS. Register the module there, or use an import statement"
+                " rbs/cli/commands.py COMMANDS. Register the module there, or use an import statement"
             )
         elif isinstance(name, str) and name not in listed:
             message = (
                 f"{module.name} imports {name!r} by string, but it is not in the table;"
-                " imports by string are listed in one table: rbs/cli/main.py COMMANDS. Add it there"
+                " imports by string are listed in one table: rbs/cli/commands.py COMMANDS. Add it there"
             )
         else:
             continue
