@@ -15,17 +15,6 @@ import click
 
 DEFAULT_SERVER = "127.0.0.1:8980"
 REMOTE_ENV = "RBS_REMOTE"
-_JOB_STATES = (
-    "PENDING",
-    "RUNNING",
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "OUT_OF_MEMORY",
-    "NODE_FAIL",
-    "PREEMPTED",
-)
 
 
 def _rbs_home() -> Path:
@@ -225,9 +214,11 @@ def _print_status(reply: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from rbs.model import JobState
+
     now = reply.now.ToDatetime()
     table = Table(title=f"{len(reply.workers)} worker(s)")
-    # Short cells so the table fits 80 columns (pipes, CI logs) without truncation.
+    # Short cells so the table fits an 80-column terminal.
     for col in ("worker", "name", "state", "cpus", "mem", "gpu ids", "build", "jobs", "beat"):
         table.add_column(col, no_wrap=True)
     for w in reply.workers:
@@ -243,12 +234,13 @@ def _print_status(reply: Any) -> None:
             f"{w.job_slots_used}/{w.job_slots}",
             f"{age:.0f}s ago",
         )
-    console = Console()
+    # Piped output (grep, CI logs) gets whole cells: rich would cut them at 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
     console.print(
         f"actions: {reply.queued_actions} queued, {reply.running_actions} running", highlight=False
     )
-    order = {s: i for i, s in enumerate(_JOB_STATES)}
+    order = {s.value: i for i, s in enumerate(JobState)}
     states = sorted(reply.jobs_by_state.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))
     jobs = ", ".join(f"{k} {v}" for k, v in states)
     console.print(f"jobs: {jobs}", highlight=False)
