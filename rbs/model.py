@@ -1,4 +1,4 @@
-"""Frozen dataclasses shared by every part of rbs: digests and (later) job manifests."""
+"""The one vocabulary of rbs: digests, job manifests, job states, kill reasons, log lines."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ class Digest:
 # ---------------------------------------------------------------- jobs (scheduler)
 # The job manifest family: what a job runs and what it asks for. CLI flags and BUILD
 # job rules both produce a JobManifest; the scheduler stores and runs exactly that.
-# JSON conversion and text parsing (durations, quantities) live in rbs.scheduler.
+# JSON conversion and text parsing (durations, quantities) live in rbs.wire.
 
 MANIFEST_API_VERSION = "rbs/v1"
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -122,7 +122,75 @@ class JobState(enum.Enum):
 
     @property
     def terminal(self) -> bool:
-        return self not in (JobState.PENDING, JobState.RUNNING)
+        return self not in ACTIVE_STATES
+
+
+# A job is active while it waits or runs; every other state is an ending.
+ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING})
+TERMINAL_STATES = frozenset(s for s in JobState if s not in ACTIVE_STATES)
+
+
+class KillReason(enum.Enum):
+    """Why rbs stops a run before it exits by itself (SIGTERM, then SIGKILL after a grace).
+
+    The values are the words of the journal (a run's `ending`) and of KillJob.reason, so
+    they never change. All but SHUTDOWN come from the scheduler; a worker that shuts
+    down stops its runs with SHUTDOWN, which never goes on the wire.
+    """
+
+    TIMEOUT = "timeout"  # the run reached its time limit
+    CANCEL = "cancel"  # a user cancelled the job
+    GANG_PEER_ENDED = "gang-peer-ended"  # another rank of the gang ended
+    NODE_FAIL = "node-fail"  # a peer node of the gang was lost
+    REQUEUE = "requeue"  # an operator requeued the job
+    PREEMPT = "preempt"  # a higher-priority job needs the resources
+    ORPHAN = "orphan"  # a reconnecting worker runs something the scheduler no longer wants
+    SHUTDOWN = "shutdown"  # the worker itself is shutting down
+
+    @property
+    def words(self) -> str:
+        """How a job's log says it, e.g. "time limit reached"."""
+        return _KILL_WORDS[self]
+
+
+_KILL_WORDS = {
+    KillReason.TIMEOUT: "time limit reached",
+    KillReason.CANCEL: "cancelled",
+    KillReason.GANG_PEER_ENDED: "another rank of the job ended",
+    KillReason.NODE_FAIL: "a node of the job was lost",
+    KillReason.REQUEUE: "requeued",
+    KillReason.PREEMPT: "preempted",
+    KillReason.ORPHAN: "the scheduler no longer expects this run",
+    KillReason.SHUTDOWN: "worker shutting down",
+}
+
+
+class LogStream(enum.StrEnum):
+    """Where a log line came from; a str, so `line.stream == "err"` reads as it did."""
+
+    OUT = "out"
+    ERR = "err"
+    SYS = "sys"  # written by rbs itself about the job (start, kill, OOM, upload)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogLine:
+    """One numbered, timestamped line of a job's log.
+
+    `seq` counts within one run on a worker and on the Workers stream; the server
+    renumbers a job's lines into one display order (over tasks, attempts and ranks),
+    which is what the jobs API and the client see. `eol` is False when the text goes
+    on in the next line (a long line split) or the output ended without a newline.
+    """
+
+    seq: int
+    time: float  # epoch seconds
+    stream: LogStream
+    text: str
+    eol: bool = True
+    task: int | None = None  # the array index; None for a job that is not an array
+    attempt: int = 1
+    rank: int = 0  # the node of a gang
 
 
 class DepKind(enum.Enum):

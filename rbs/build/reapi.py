@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from rbs.build.graph import ActionSpec
 from rbs.build.protos import re_pb2
+from rbs.cas.digests import digest_from_pb, digest_to_pb
 from rbs.cas.store import BlobStore
-from rbs.cas.tree import TreeEntry, build_tree, digest_of, to_proto
+from rbs.cas.tree import TreeEntry, build_tree
 from rbs.model import Digest, DigestFunction
 
 FUNCTION = DigestFunction.BLAKE3
@@ -81,7 +82,9 @@ def prepare(store: BlobStore, spec: ActionSpec, inputs: Mapping[str, TreeEntry])
     root = build_tree(store, minimal, function=FUNCTION)
     cmd_digest = store.put_message(cmd, FUNCTION)
     action = re_pb2.Action(
-        command_digest=to_proto(cmd_digest), input_root_digest=to_proto(root), platform=_platform()
+        command_digest=digest_to_pb(cmd_digest),
+        input_root_digest=digest_to_pb(root),
+        platform=_platform(),
     )
     if spec.timeout_s:
         action.timeout.seconds = spec.timeout_s
@@ -110,7 +113,7 @@ def to_result(res: ExecResult, workdir: str = "") -> re_pb2.ActionResult:
     ar = re_pb2.ActionResult(exit_code=res.exit_code, stdout_raw=res.stdout, stderr_raw=res.stderr)
     for o in res.outputs:
         ar.output_files.add(
-            path=_rel(o.path, workdir), digest=to_proto(o.digest), is_executable=o.executable
+            path=_rel(o.path, workdir), digest=digest_to_pb(o.digest), is_executable=o.executable
         )
     return ar
 
@@ -119,7 +122,7 @@ def from_result(ar: re_pb2.ActionResult, workdir: str = "", *, cached: bool = Fa
     outs = tuple(
         OutputFile(
             path=f"{workdir}/{f.path}" if workdir else f.path,
-            digest=digest_of(f.digest, FUNCTION),
+            digest=digest_from_pb(f.digest, FUNCTION),
             executable=f.is_executable,
         )
         for f in ar.output_files

@@ -58,6 +58,11 @@ class CorruptBlob(CasError):
         self.path = path
 
 
+class InvalidDigest(CasError, ValueError):
+    """A digest message naming no valid blob (malformed hash, negative size) or a digest
+    function rbs does not serve. A ValueError too, like the Digest it could not become."""
+
+
 class InvalidTree(CasError):
     """A Directory message or path that would be unsafe or ambiguous to store or materialize."""
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
-from rbs.cas.errors import BlobNotFound, InvalidTree
+from rbs.cas.digests import digest_from_pb, digest_to_pb
+from rbs.cas.errors import BlobNotFound, InvalidDigest, InvalidTree
 from rbs.cas.fileio import map_in_slices
 from rbs.cas.store import Batch, BlobStore
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
@@ -61,15 +62,12 @@ def split_path(rel: str) -> list[str]:
     return parts
 
 
-def digest_of(d: re_pb2.Digest, function: DigestFunction) -> Digest:
+def _child(pb: re_pb2.Digest, function: DigestFunction) -> Digest:
+    """A digest listed in a Directory message: a malformed one makes the tree invalid."""
     try:
-        return Digest(function=function, hash=d.hash, size=d.size_bytes)
-    except ValueError as e:
+        return digest_from_pb(pb, function)
+    except InvalidDigest as e:
         raise InvalidTree(str(e)) from None
-
-
-def to_proto(d: Digest) -> re_pb2.Digest:
-    return re_pb2.Digest(hash=d.hash, size_bytes=d.size)
 
 
 @dataclass
@@ -104,10 +102,10 @@ def _store_node(puts: Batch, node: _Node, function: DigestFunction) -> Digest:
             msg.symlinks.add(name=name, target=e.symlink)
         else:
             assert e.digest is not None
-            msg.files.add(name=name, digest=to_proto(e.digest), is_executable=e.executable)
+            msg.files.add(name=name, digest=digest_to_pb(e.digest), is_executable=e.executable)
     for name in sorted(node.dirs):
         child = _store_node(puts, node.dirs[name], function)
-        msg.directories.add(name=name, digest=to_proto(child))
+        msg.directories.add(name=name, digest=digest_to_pb(child))
     return puts.put_message(msg, function)
 
 
@@ -254,7 +252,7 @@ def walk_tree(store: BlobStore, root: Digest) -> Iterator[tuple[str, TreeEntry |
         for f in msg.files:
             yield (
                 prefix + check_name(f.name, prefix or "/"),
-                TreeEntry(digest=digest_of(f.digest, root.function), executable=f.is_executable),
+                TreeEntry(digest=_child(f.digest, root.function), executable=f.is_executable),
             )
         for s in msg.symlinks:
             rel = prefix + check_name(s.name, prefix or "/")
@@ -266,7 +264,7 @@ def walk_tree(store: BlobStore, root: Digest) -> Iterator[tuple[str, TreeEntry |
         for d in msg.directories:
             rel = prefix + check_name(d.name, prefix or "/")
             yield rel, None
-            stack.append((rel + "/", digest_of(d.digest, root.function)))
+            stack.append((rel + "/", _child(d.digest, root.function)))
 
 
 def collect_directories(store: BlobStore, root: Digest) -> list[re_pb2.Directory]:
@@ -276,7 +274,7 @@ def collect_directories(store: BlobStore, root: Digest) -> list[re_pb2.Directory
     while stack:
         msg = read_directory(store, stack.pop())
         out.append(msg)
-        stack.extend(digest_of(d.digest, root.function) for d in reversed(msg.directories))
+        stack.extend(_child(d.digest, root.function) for d in reversed(msg.directories))
     return out
 
 

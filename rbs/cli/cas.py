@@ -194,8 +194,9 @@ def _looks_like_tree(store: DiskStore, digest: Digest) -> bool:
     message must re-serialize to the same bytes, with valid names and digests."""
     if digest.size == 0 or digest.size > 64 << 20:
         return False
+    from rbs.cas.digests import digest_from_pb
     from rbs.cas.errors import CasError
-    from rbs.cas.tree import check_name, digest_of, read_directory
+    from rbs.cas.tree import check_name, read_directory
 
     try:
         msg = read_directory(store, digest)
@@ -205,7 +206,7 @@ def _looks_like_tree(store: DiskStore, digest: Digest) -> bool:
         for n in (*nodes, *msg.symlinks):
             check_name(n.name)
         for node in nodes:
-            digest_of(node.digest, digest.function)
+            digest_from_pb(node.digest, digest.function)
         return bool(nodes or msg.symlinks)
     except (CasError, ValueError):
         return False

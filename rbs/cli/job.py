@@ -252,10 +252,12 @@ def logs(
     """A job's numbered log lines (-f follows live)."""
 
     def run() -> int:
+        from rbs.client.jobs import log_line_json
+
         with client_for(server, token_file) as client:
             for line in client.logs(job_id, follow=follow, tail=tail):
                 if as_json:
-                    print(line.to_json(), flush=follow)
+                    print(log_line_json(line), flush=follow)
                 else:
                     stream = sys.stderr if line.stream == "err" else sys.stdout
                     prefix = "[rbs] " if line.stream == "sys" else ""

@@ -10,17 +10,18 @@ from rich.console import Console
 from rich.table import Table
 
 from rbs.client.jobs import JobInfo
+from rbs.model import JobState
 
 _STATE_STYLE = {
-    "PENDING": "yellow",
-    "RUNNING": "cyan",
-    "COMPLETED": "green",
-    "FAILED": "red",
-    "CANCELLED": "magenta",
-    "TIMEOUT": "red",
-    "OUT_OF_MEMORY": "red",
-    "NODE_FAIL": "red",
-    "PREEMPTED": "magenta",
+    JobState.PENDING.value: "yellow",
+    JobState.RUNNING.value: "cyan",
+    JobState.COMPLETED.value: "green",
+    JobState.FAILED.value: "red",
+    JobState.CANCELLED.value: "magenta",
+    JobState.TIMEOUT.value: "red",
+    JobState.OUT_OF_MEMORY.value: "red",
+    JobState.NODE_FAIL.value: "red",
+    JobState.PREEMPTED.value: "magenta",
 }
 
 

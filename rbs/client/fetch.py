@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rbs.cas.digests import digest_from_pb
 from rbs.cas.memory import MemoryStore
-from rbs.cas.tree import digest_of, materialize, read_directory
+from rbs.cas.tree import materialize, read_directory
 from rbs.client.http import HttpConnection
 from rbs.model import Digest
 
@@ -23,9 +24,9 @@ def fetch_tree(conn: HttpConnection, root: Digest, dest: Path) -> None:
         d = stack.pop()
         store.put(_get(conn, d), expected=d)
         msg = read_directory(store, d)
-        stack.extend(digest_of(c.digest, root.function) for c in msg.directories)
+        stack.extend(digest_from_pb(c.digest, root.function) for c in msg.directories)
         for f in msg.files:
-            fd = digest_of(f.digest, root.function)
+            fd = digest_from_pb(f.digest, root.function)
             if fd.size and not store.contains(fd):
                 store.put(_get(conn, fd), expected=fd)
     dest.mkdir(parents=True, exist_ok=True)

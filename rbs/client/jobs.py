@@ -12,7 +12,8 @@ The CLI is a thin layer over this class. Every call is one HTTP request on a kep
 connection. A plain submit sends the flags as given and the server layers them into
 the job's manifest (rbs.wire.manifest.apply_flags), so this module imports nothing
 but the standard library on that path: `rbs job submit` starts in a few milliseconds.
-(JobInfo and LogLine are slotted classes rather than dataclasses for the same reason.)
+(JobInfo is a slotted class rather than a dataclass for the same reason; job states and
+log lines come from rbs.model only where a call needs them.)
 """
 
 from __future__ import annotations
@@ -33,11 +34,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from rbs.client.staging import StageResult
-    from rbs.model import JobManifest
-
-TERMINAL = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED"}
-)
+    from rbs.model import JobManifest, LogLine
 
 
 class JobInfo:
@@ -69,11 +66,15 @@ class JobInfo:
 
     @property
     def done(self) -> bool:
-        return self.state in TERMINAL
+        from rbs.model import TERMINAL_STATES
+
+        return self.state in {s.value for s in TERMINAL_STATES}
 
     @property
     def ok(self) -> bool:
-        return self.state == "COMPLETED"
+        from rbs.model import JobState
+
+        return self.state == JobState.COMPLETED.value
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobInfo:
@@ -88,50 +89,18 @@ class JobInfo:
         )
 
 
-class LogLine:
-    """One numbered log line: stream is "out", "err" or "sys"."""
-
-    __slots__ = ("attempt", "seq", "stream", "task", "text", "time")
-
-    def __init__(
-        self,
-        *,
-        seq: int,
-        time: float,
-        stream: str,
-        text: str,
-        task: int | None = None,
-        attempt: int = 1,
-    ) -> None:
-        self.seq = seq
-        self.time = time
-        self.stream = stream
-        self.text = text
-        self.task = task
-        self.attempt = attempt
-
-    def __repr__(self) -> str:
-        return f"LogLine(seq={self.seq}, stream={self.stream!r}, text={self.text!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, LogLine) and all(
-            getattr(self, k) == getattr(other, k) for k in LogLine.__slots__
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.seq, self.task, self.attempt))
-
-    def to_json(self) -> str:
-        d: dict[str, Any] = {
-            "seq": self.seq,
-            "time": self.time,
-            "stream": self.stream,
-            "text": self.text,
-        }
-        if self.task is not None:
-            d["task"] = self.task
-        d["attempt"] = self.attempt
-        return json.dumps(d, ensure_ascii=False)
+def log_line_json(line: LogLine) -> str:
+    """A line as `rbs job logs --json` prints it (`task` only for an array job)."""
+    d: dict[str, Any] = {
+        "seq": line.seq,
+        "time": line.time,
+        "stream": line.stream.value,
+        "text": line.text,
+    }
+    if line.task is not None:
+        d["task"] = line.task
+    d["attempt"] = line.attempt
+    return json.dumps(d, ensure_ascii=False)
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -263,6 +232,8 @@ class JobsClient:
     ) -> Iterator[LogLine]:
         """Log lines in order; with `follow`, keeps streaming until the job ends. A broken
         connection is resumed from the last line seen, so no line is lost or repeated."""
+        from rbs.model import LogLine, LogStream
+
         last = after
         while True:
             q = {"after": str(last)}
@@ -283,10 +254,11 @@ class JobsClient:
                     line = LogLine(
                         seq=d["seq"],
                         time=d["time"],
-                        stream=d["stream"],
+                        stream=LogStream(d["stream"]),
                         text=d["text"],
                         task=d.get("task"),
                         attempt=d.get("attempt", 1),
+                        rank=d.get("rank", 0),
                     )
                     last = line.seq
                     yield line

@@ -29,11 +29,11 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc
 from rbs.build.backend import StoreBackend
 from rbs.build.reapi import FUNCTION, ExecResult, PreparedAction, from_result, to_result
 from rbs.build.runner import ActionResultCache, ActionRunner, LocalRunner
+from rbs.cas.digests import digest_from_pb, digest_to_pb, function_to_pb
 from rbs.cas.store import BlobStore
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.model import Digest
 from rbs.wire.auth import auth_metadata
-from rbs.wire.reapi import digest_to_proto, function_to_proto
 from rbs.wire.reapi_client import ActionCacheClient, RemoteError, RemoteStore, connect
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,8 @@ class RemoteRunner(ActionRunner):
     def _execute(self, digest: Digest) -> re_pb2.ExecuteResponse:
         request = re_pb2.ExecuteRequest(
             instance_name=self._instance,
-            action_digest=digest_to_proto(digest),
-            digest_function=function_to_proto(digest.function),
+            action_digest=digest_to_pb(digest),
+            digest_function=function_to_pb(digest.function),
         )
         name = ""
         for attempt in range(1, _ATTEMPTS + 1):
@@ -178,7 +178,7 @@ def _missing_blobs(status: status_pb2.Status) -> list[Digest]:
 def _stream(store: BlobStore, raw: bytes, digest: re_pb2.Digest) -> bytes:
     if raw or not digest.hash or digest.size_bytes > _STREAM_LIMIT:
         return raw
-    return store.get(Digest(function=FUNCTION, hash=digest.hash, size=digest.size_bytes))
+    return store.get(digest_from_pb(digest, FUNCTION))
 
 
 def _to_exec_result(

@@ -15,10 +15,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from rbs.cas.digests import digest_from_pb
 from rbs.cas.inputs import select_inputs
 from rbs.cas.memory import MemoryStore
 from rbs.cas.store import hash_file
-from rbs.cas.tree import TreeEntry, build_tree, digest_of, read_directory
+from rbs.cas.tree import TreeEntry, build_tree, read_directory
 from rbs.client.http import HttpConnection
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
@@ -146,7 +147,7 @@ def _all_dir_digests(store: MemoryStore, root: Digest) -> list[Digest]:
         d = stack.pop()
         out.append(d)
         stack.extend(
-            digest_of(c.digest, root.function) for c in read_directory(store, d).directories
+            digest_from_pb(c.digest, root.function) for c in read_directory(store, d).directories
         )
     return out
 

@@ -66,7 +66,8 @@ def _local_store(start: Path) -> Any:
 
 def _tree_blobs(store: Any, root: Digest) -> list[Digest]:
     """Every blob of a tree in `store`: its Directory messages and its files."""
-    from rbs.cas.tree import digest_of, read_directory
+    from rbs.cas.digests import digest_from_pb
+    from rbs.cas.tree import read_directory
 
     out: dict[Digest, None] = {}
     stack = [root]
@@ -75,8 +76,8 @@ def _tree_blobs(store: Any, root: Digest) -> list[Digest]:
         out[d] = None
         msg = read_directory(store, d)
         for f in msg.files:
-            out[digest_of(f.digest, root.function)] = None
-        stack.extend(digest_of(c.digest, root.function) for c in msg.directories)
+            out[digest_from_pb(f.digest, root.function)] = None
+        stack.extend(digest_from_pb(c.digest, root.function) for c in msg.directories)
     return list(out)
 
 

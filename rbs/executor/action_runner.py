@@ -34,6 +34,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import code_pb2
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from rbs.cas.digests import digest_from_pb, digest_to_pb
 from rbs.cas.errors import BlobNotFound, InvalidTree
 from rbs.cas.store import BlobStore, BlobWriter
 from rbs.cas.tree import collect_directories, tree_from_path
@@ -194,7 +195,7 @@ class ActionExecutor:
             self._fetch([digest])
         action = self._store.get_message(digest, re_pb2.Action())
         cd = action.command_digest
-        command_digest = Digest(function=digest.function, hash=cd.hash, size=cd.size_bytes)
+        command_digest = digest_from_pb(cd, digest.function)
         if self._fetch is not None:
             self._fetch([command_digest])
         command = self._store.get_message(command_digest, re_pb2.Command())
@@ -206,7 +207,7 @@ class ActionExecutor:
         self, sandbox: Sandbox, action: re_pb2.Action, command: re_pb2.Command, digest: Digest
     ) -> Path:
         ir = action.input_root_digest
-        root = Digest(function=digest.function, hash=ir.hash, size=ir.size_bytes)
+        root = digest_from_pb(ir, digest.function)
         for attempt in (1, 2):
             if self._prefetch is not None:
                 self._prefetch(root)
@@ -277,8 +278,8 @@ class ActionExecutor:
     ) -> re_pb2.ActionResult:
         store = _Recorder(self._output_store)
         result = re_pb2.ActionResult(exit_code=exit_code)
-        result.stdout_digest.CopyFrom(_proto(store.put_file(sandbox.stdout, function=fn)))
-        result.stderr_digest.CopyFrom(_proto(store.put_file(sandbox.stderr, function=fn)))
+        result.stdout_digest.CopyFrom(digest_to_pb(store.put_file(sandbox.stdout, function=fn)))
+        result.stderr_digest.CopyFrom(digest_to_pb(store.put_file(sandbox.stderr, function=fn)))
         if command.output_paths:
             wanted: Iterable[tuple[str, str]] = ((p, "any") for p in command.output_paths)
         else:
@@ -304,7 +305,7 @@ class ActionExecutor:
             if stat.S_ISREG(st.st_mode):
                 d = store.put_file(path, function=fn)
                 result.output_files.add(
-                    path=rel, digest=_proto(d), is_executable=bool(st.st_mode & 0o111)
+                    path=rel, digest=digest_to_pb(d), is_executable=bool(st.st_mode & 0o111)
                 )
             elif stat.S_ISDIR(st.st_mode):
                 root = tree_from_path(store, path, function=fn)
@@ -312,7 +313,7 @@ class ActionExecutor:
                 tree = re_pb2.Tree(root=dirs[0], children=dirs[1:])
                 td = store.put_message(tree, fn)
                 result.output_directories.add(
-                    path=rel, tree_digest=_proto(td), root_directory_digest=_proto(root)
+                    path=rel, tree_digest=digest_to_pb(td), root_directory_digest=digest_to_pb(root)
                 )
         if self._upload is not None:
             self._upload(sorted(set(store.stored), key=lambda d: d.hash))
@@ -323,10 +324,6 @@ def _output_paths(command: re_pb2.Command) -> list[str]:
     if command.output_paths:
         return list(command.output_paths)
     return [*command.output_files, *command.output_directories]
-
-
-def _proto(d: Digest) -> re_pb2.Digest:
-    return re_pb2.Digest(hash=d.hash, size_bytes=d.size)
 
 
 def _stamp(ts: timestamp_pb2.Timestamp) -> None:

@@ -43,15 +43,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
+from rbs.cas.digests import digest_to_pb, function_to_pb
 from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError
 from rbs.executor.jobfiles import RunDirs
-from rbs.executor.joblog import LogLine, Stream
-from rbs.executor.jobrun import FUNCTIONS, HostSetup, LeaseRun, RunResult, execute
+from rbs.executor.jobrun import HostSetup, LeaseRun, RunResult, execute
 from rbs.executor.jobship import LogShipper
-from rbs.executor.jobspec import KillReason, RunState
-from rbs.model import Digest
+from rbs.model import Digest, JobState, KillReason, LogLine, LogStream
 
 log = logging.getLogger(__name__)
 
@@ -66,23 +65,16 @@ START_REPORT_DELAY_S = 0.05
 # (more than a worker's outbox ever holds between two writes).
 FORGOTTEN_KEPT = 1000
 _SAFE_LEASE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_FUNCTION_VALUES = {v: k for k, v in FUNCTIONS.items()}
 
-# The scheduler's kill reasons (rbs.scheduler.instructions.KillReason values) as the
-# runner's reasons, and the state reported when KillJob.state does not name one.
-_KILLS: dict[str, tuple[KillReason, str]] = {
-    "timeout": (KillReason.TIME_LIMIT, "TIMEOUT"),
-    "cancel": (KillReason.CANCELLED, "CANCELLED"),
-    "preempt": (KillReason.PREEMPTED, "PREEMPTED"),
-    "requeue": (KillReason.PREEMPTED, "PREEMPTED"),
-    "gang-peer-ended": (KillReason.PEER_ENDED, "CANCELLED"),
-    "node-fail": (KillReason.PEER_ENDED, "NODE_FAIL"),
-    "orphan": (KillReason.CANCELLED, "CANCELLED"),
-}
-_KILL_WORDS = {
-    "timeout": "time limit reached",
-    "cancel": "cancelled",
-    "orphan": "the scheduler no longer expects this run",
+# The state a run killed for each reason reports when KillJob.state does not name one.
+_KILL_STATES: dict[KillReason, JobState] = {
+    KillReason.TIMEOUT: JobState.TIMEOUT,
+    KillReason.CANCEL: JobState.CANCELLED,
+    KillReason.PREEMPT: JobState.PREEMPTED,
+    KillReason.REQUEUE: JobState.PREEMPTED,
+    KillReason.GANG_PEER_ENDED: JobState.CANCELLED,
+    KillReason.NODE_FAIL: JobState.NODE_FAIL,
+    KillReason.ORPHAN: JobState.CANCELLED,
 }
 
 
@@ -229,8 +221,12 @@ class JobHost:
         if run is None or run.finished is not None:
             log.info("kill for %s, which no longer runs here (%s)", kill.lease_id, kill.reason)
             return
-        reason, state = _KILLS.get(kill.reason, (KillReason.CANCELLED, "CANCELLED"))
-        why = _KILL_WORDS.get(kill.reason, kill.reason or "killed")
+        try:
+            reason = KillReason(kill.reason)
+            why = reason.words
+        except ValueError:  # none given, or one this worker does not know
+            reason, why = KillReason.CANCEL, kill.reason or "killed"
+        state = _KILL_STATES.get(reason, JobState.CANCELLED).value
         self._request_kill(run, reason, f"{why} (scheduler)", kill.state or state)
 
     def _request_kill(self, run: LeaseRun, reason: KillReason, message: str, state: str) -> None:
@@ -281,7 +277,7 @@ class JobHost:
         except Exception as e:
             log.exception("job lease %s failed on this worker", run.lease_id)
             self._sys(run, f"the worker failed running this job: {type(e).__name__}: {e}")
-            msg = _finished(run.lease, RunState.FAILED.value, START_FAILED_EXIT, message=str(e))
+            msg = _finished(run.lease, JobState.FAILED.value, START_FAILED_EXIT, message=str(e))
         finally:
             if run.has_slot:
                 run.has_slot = False
@@ -367,18 +363,18 @@ class JobHost:
             return
         if run.shipper.spool is None:
             run.shipper.spool = run.spool
-        run.shipper.on_lines(run.spool.append([(Stream.SYS, text, True)]))
+        run.shipper.on_lines(run.spool.append([(LogStream.SYS, text, True)]))
 
     def _report(self, run: LeaseRun, result: RunResult) -> w_pb2.WorkerMessage:
         outcome = result.outcome
         if result.problem is not None:
             self._sys(run, result.problem)
             return _finished(
-                run.lease, RunState.FAILED.value, START_FAILED_EXIT, message=result.problem
+                run.lease, JobState.FAILED.value, START_FAILED_EXIT, message=result.problem
             )
         if outcome is None:  # killed before it started
             reason = run.kill[1] if run.kill else "killed before it started"
-            state = (run.kill[2] if run.kill else "") or "CANCELLED"
+            state = (run.kill[2] if run.kill else "") or JobState.CANCELLED.value
             return _finished(run.lease, state, 0, message=reason)
         state = outcome.state.value
         if run.kill is not None and outcome.kill_reason is not None and run.kill[2]:
@@ -396,16 +392,14 @@ class JobHost:
             signal=sig,
             peak=outcome.peak_memory_bytes or 0,
             oom=outcome.oom_kills > 0,
-            message="" if outcome.state is RunState.COMPLETED else outcome.describe(),
+            message="" if outcome.state is JobState.COMPLETED else outcome.describe(),
         )
         fin = msg.job_finished
-        fin.digest_function = _FUNCTION_VALUES[result.function]
+        fin.digest_function = function_to_pb(result.function)
         if result.trees.outputs is not None:
-            fin.output_tree_digest.hash = result.trees.outputs.hash
-            fin.output_tree_digest.size_bytes = result.trees.outputs.size
+            fin.output_tree_digest.CopyFrom(digest_to_pb(result.trees.outputs))
         if result.trees.checkpoint is not None:
-            fin.checkpoint_tree_digest.hash = result.trees.checkpoint.hash
-            fin.checkpoint_tree_digest.size_bytes = result.trees.checkpoint.size
+            fin.checkpoint_tree_digest.CopyFrom(digest_to_pb(result.trees.checkpoint))
         return msg
 
     def _maybe_forget(self, run: LeaseRun) -> None:

@@ -7,13 +7,14 @@ import select
 import time
 from collections.abc import Callable
 
-from rbs.executor.joblog import LineSplitter, Stream
+from rbs.executor.joblog import LineSplitter
+from rbs.model import LogStream
 
 READ_CHUNK = 64 * 1024
 # How many reads `pump_ready` does at most: a process left running may write forever.
 READY_ROUNDS = 64
 
-Emit = Callable[[list[tuple[Stream, str, bool]]], object]
+Emit = Callable[[list[tuple[LogStream, str, bool]]], object]
 
 
 class OutputPump:
@@ -26,10 +27,10 @@ class OutputPump:
     def __init__(self, emit: Emit, max_line_chars: int) -> None:
         self._emit = emit
         self._max = max_line_chars
-        self._streams: dict[int, tuple[Stream, LineSplitter]] = {}
+        self._streams: dict[int, tuple[LogStream, LineSplitter]] = {}
         self._poller = select.poll()
 
-    def add_pipe(self, fd: int, stream: Stream) -> None:
+    def add_pipe(self, fd: int, stream: LogStream) -> None:
         os.set_blocking(fd, False)
         self._streams[fd] = (stream, LineSplitter(self._max))
         self._poller.register(fd, select.POLLIN)

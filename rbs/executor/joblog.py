@@ -11,16 +11,16 @@ a record and `read_from` can binary-search by byte offset instead of scanning.
 from __future__ import annotations
 
 import codecs
-import enum
 import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from rbs.model import LogLine, LogStream
 
 log = logging.getLogger(__name__)
 
@@ -29,46 +29,29 @@ MAX_LINE_CHARS = 16 * 1024
 _SCAN_BYTES = 64 * 1024
 
 
-class Stream(enum.Enum):
-    """Where a log line came from."""
+def to_record(line: LogLine) -> str:
+    """A line as its spool record (one JSON object, no newline); task, attempt and rank
+    are not stored: a spool holds one run's lines."""
+    rec: dict[str, object] = {
+        "seq": line.seq,
+        "t": line.time,
+        "s": line.stream.value,
+        "text": line.text,
+    }
+    if not line.eol:
+        rec["eol"] = False
+    return json.dumps(rec, ensure_ascii=False, separators=(",", ":"))
 
-    OUT = "out"
-    ERR = "err"
-    SYS = "sys"
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LogLine:
-    """One numbered line; `eol` is False when the text continues in the next record
-    (a split long line) or the stream ended without a final newline."""
-
-    seq: int
-    time: float
-    stream: Stream
-    text: str
-    eol: bool = True
-
-    def to_json(self) -> str:
-        rec: dict[str, object] = {
-            "seq": self.seq,
-            "t": self.time,
-            "s": self.stream.value,
-            "text": self.text,
-        }
-        if not self.eol:
-            rec["eol"] = False
-        return json.dumps(rec, ensure_ascii=False, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> LogLine:
-        rec = json.loads(text)
-        return cls(
-            seq=int(rec["seq"]),
-            time=float(rec["t"]),
-            stream=Stream(rec["s"]),
-            text=str(rec["text"]),
-            eol=bool(rec.get("eol", True)),
-        )
+def from_record(text: str) -> LogLine:
+    rec = json.loads(text)
+    return LogLine(
+        seq=int(rec["seq"]),
+        time=float(rec["t"]),
+        stream=LogStream(rec["s"]),
+        text=str(rec["text"]),
+        eol=bool(rec.get("eol", True)),
+    )
 
 
 LogSink = Callable[[Sequence[LogLine]], None]
@@ -109,7 +92,7 @@ class LogSpool:
         start = self._rfind_newline(size - 1) + 1
         record = os.pread(self._fd, size - start, start)
         try:
-            return LogLine.from_json(record.decode()).seq
+            return from_record(record.decode()).seq
         except (ValueError, KeyError, UnicodeDecodeError) as e:
             raise LogSpoolError(
                 f"log spool {self.path} ends with a corrupt record at byte {start}: {e}; "
@@ -134,7 +117,7 @@ class LogSpool:
             return self._next
 
     def append(
-        self, entries: Iterable[tuple[Stream, str, bool]], now: float | None = None
+        self, entries: Iterable[tuple[LogStream, str, bool]], now: float | None = None
     ) -> list[LogLine]:
         """Number, timestamp and durably hand to the OS a batch of (stream, text, eol)."""
         # Rounded as stored, so a line read back equals the line handed to the sink.
@@ -145,7 +128,7 @@ class LogSpool:
                 lines.append(LogLine(seq=self._next, time=t, stream=stream, text=text, eol=eol))
                 self._next += 1
             if lines:
-                data = "".join(line.to_json() + "\n" for line in lines).encode()
+                data = "".join(to_record(line) + "\n" for line in lines).encode()
                 view = memoryview(data)
                 while view:
                     view = view[os.write(self._fd, view) :]
@@ -162,7 +145,7 @@ class LogSpool:
             for raw in f:
                 if not raw.endswith(b"\n") or (limit is not None and len(out) >= limit):
                     break
-                line = LogLine.from_json(raw.decode())
+                line = from_record(raw.decode())
                 if line.seq >= seq:
                     out.append(line)
             return out
@@ -181,7 +164,7 @@ class LogSpool:
 
 
 def _seq_at(raw: bytes) -> int:
-    return LogLine.from_json(raw.decode()).seq
+    return from_record(raw.decode()).seq
 
 
 def _offset_of(f: IO[bytes], seq: int, size: int) -> int:

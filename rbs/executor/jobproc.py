@@ -37,9 +37,10 @@ from pathlib import Path
 from rbs.executor import procs
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, NullCgroup
 from rbs.executor.jobio import OutputPump
-from rbs.executor.joblog import LogLine, LogSink, LogSpool, Stream
-from rbs.executor.jobspec import JobOutcome, JobSpec, KillReason, RunState
+from rbs.executor.joblog import LogSink, LogSpool
+from rbs.executor.jobspec import JobOutcome, JobSpec
 from rbs.executor.outputs import collect_outputs
+from rbs.model import JobState, KillReason, LogLine, LogStream
 
 log = logging.getLogger(__name__)
 
@@ -82,21 +83,21 @@ class JobRunner:
         # Sys lines held back to go out as one batch (one spool write, one sink call):
         # a short job's lines before its start and after its end would each cost a
         # write and a wake-up of the worker's loop otherwise. Runner thread only.
-        self._held: list[tuple[Stream, str, bool]] | None = None
+        self._held: list[tuple[LogStream, str, bool]] | None = None
 
     # ---- control, from any thread -------------------------------------------------
 
-    def kill(self, reason: KillReason = KillReason.CANCELLED, message: str = "") -> None:
+    def kill(self, reason: KillReason = KillReason.CANCEL, message: str = "") -> None:
         """End the job: SIGTERM, then SIGKILL after the grace period. The first reason wins."""
         with self._lock:
             if self._request is None:
-                self._request = (reason, message or reason.value)
+                self._request = (reason, message or reason.words)
             if self._wake_w >= 0:
                 with contextlib.suppress(BlockingIOError):  # pipe full: already woken
                     os.write(self._wake_w, b"k")
 
     def cancel(self) -> None:
-        self.kill(KillReason.CANCELLED)
+        self.kill(KillReason.CANCEL)
 
     async def run_async(self) -> JobOutcome:
         """`run()` on its own thread; cancelling the awaiting task cancels the job."""
@@ -136,7 +137,7 @@ class JobRunner:
 
     # ---- logging -----------------------------------------------------------------
 
-    def _emit(self, entries: list[tuple[Stream, str, bool]]) -> list[LogLine]:
+    def _emit(self, entries: list[tuple[LogStream, str, bool]]) -> list[LogLine]:
         lines = self.spool.append(entries)
         if lines and self.sink is not None:
             try:
@@ -148,9 +149,9 @@ class JobRunner:
 
     def _sys(self, text: str) -> None:
         if self._held is not None:
-            self._held.append((Stream.SYS, text, True))
+            self._held.append((LogStream.SYS, text, True))
         else:
-            self._emit([(Stream.SYS, text, True)])
+            self._emit([(LogStream.SYS, text, True)])
 
     def _release(self) -> None:
         """Emit the held sys lines; later ones go out as they come."""
@@ -181,7 +182,7 @@ class JobRunner:
 
     def _fail(self, error: str, cgroup: str = "") -> JobOutcome:
         self._sys(f"cannot start the job: {error}")
-        return JobOutcome(state=RunState.FAILED, ended_at=time.time(), error=error, cgroup=cgroup)
+        return JobOutcome(state=JobState.FAILED, ended_at=time.time(), error=error, cgroup=cgroup)
 
     def _run(self) -> JobOutcome:
         spec = self.spec
@@ -194,7 +195,7 @@ class JobRunner:
             early = self._request
         if early is not None:
             self._sys(f"{early[1]} before the job started; not starting it")
-            return JobOutcome(state=RunState.CANCELLED, kill_reason=early[0], ended_at=time.time())
+            return JobOutcome(state=JobState.CANCELLED, kill_reason=early[0], ended_at=time.time())
         problem = self._precheck()
         if problem is not None:
             return self._fail(problem)
@@ -278,8 +279,8 @@ class JobRunner:
         self._release()  # before the job's first output line
         assert proc.stdout is not None and proc.stderr is not None
         pump = OutputPump(self._emit, spec.max_line_chars)
-        pump.add_pipe(proc.stdout.fileno(), Stream.OUT)
-        pump.add_pipe(proc.stderr.fileno(), Stream.ERR)
+        pump.add_pipe(proc.stdout.fileno(), LogStream.OUT)
+        pump.add_pipe(proc.stderr.fileno(), LogStream.ERR)
         try:
             status, rusage, reason = self._watch(cgroup, pid, pump, start)
         except BaseException:
@@ -357,7 +358,7 @@ class JobRunner:
                     reason = request[0]
                     kill_at = self._terminate(cgroup, pid, request[1], now)
                 elif reason is None and limit_at is not None and now >= limit_at:
-                    reason = KillReason.TIME_LIMIT
+                    reason = KillReason.TIMEOUT
                     why = f"time limit of {_secs(spec.time_limit_s)} reached"
                     kill_at = self._terminate(cgroup, pid, why, now)
                 if kill_at is not None and now >= kill_at:
@@ -424,14 +425,14 @@ def _kill_all(cgroup: JobCgroup, pgid: int, sig: int) -> None:
         log.warning("signalling cgroup %s: %s", cgroup.description, e)
 
 
-def _state(reason: KillReason | None, oom_kills: int, code: int) -> RunState:
-    if reason is KillReason.TIME_LIMIT:
-        return RunState.TIMEOUT
+def _state(reason: KillReason | None, oom_kills: int, code: int) -> JobState:
+    if reason is KillReason.TIMEOUT:
+        return JobState.TIMEOUT
     if reason is not None:
-        return RunState.CANCELLED
+        return JobState.CANCELLED
     if oom_kills:
-        return RunState.OUT_OF_MEMORY
-    return RunState.COMPLETED if code == 0 else RunState.FAILED
+        return JobState.OUT_OF_MEMORY
+    return JobState.COMPLETED if code == 0 else JobState.FAILED
 
 
 def _close_pipes(proc: subprocess.Popen[bytes]) -> None:

@@ -17,25 +17,20 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
+from rbs.cas.digests import digest_from_pb, function_from_pb
 from rbs.cas.errors import CasError
 from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles
 from rbs.executor.cgroup_base import CgroupBackend
 from rbs.executor.jobfiles import CollectedTrees, RunDirs
-from rbs.executor.joblog import LogSink, LogSpool, Stream
+from rbs.executor.joblog import LogSink, LogSpool
 from rbs.executor.jobproc import JobRunner
 from rbs.executor.jobship import LogShipper
-from rbs.executor.jobspec import JobOutcome, JobSpec, KillReason
-from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction, JobManifest
+from rbs.executor.jobspec import JobOutcome, JobSpec
+from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction, JobManifest, KillReason, LogStream
 
 log = logging.getLogger(__name__)
-
-FUNCTIONS = {
-    re_pb2.DigestFunction.SHA256: DigestFunction.SHA256,
-    re_pb2.DigestFunction.BLAKE3: DigestFunction.BLAKE3,
-}
 
 
 class LeaseRun:
@@ -96,7 +91,7 @@ def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
     spool = run.spool = LogSpool(dirs.spool)
 
     def note(text: str) -> None:
-        sink(spool.append([(Stream.SYS, text, True)]))
+        sink(spool.append([(LogStream.SYS, text, True)]))
 
     try:
         manifest = manifest_from_json(lease.manifest_json)
@@ -176,14 +171,9 @@ def job_spec(
 
 
 def function_of(value: int) -> DigestFunction:
-    if value == re_pb2.DigestFunction.UNKNOWN:
-        return DEFAULT_FUNCTION
-    fn = FUNCTIONS.get(value)
-    if fn is None:
-        raise ValueError(
-            f"digest function {value} is not supported by this worker (SHA256 and BLAKE3 are)"
-        )
-    return fn
+    """A lease's digest function; unset means rbs's default. InvalidDigest (a ValueError)
+    names the supported ones when the lease names another."""
+    return function_from_pb(value) or DEFAULT_FUNCTION
 
 
 def lease_digest(lease: w_pb2.JobLease, field: str, fn: DigestFunction) -> Digest | None:
@@ -192,4 +182,4 @@ def lease_digest(lease: w_pb2.JobLease, field: str, fn: DigestFunction) -> Diges
     d = getattr(lease, field)
     if not d.hash:
         return None
-    return Digest(function=fn, hash=d.hash, size=d.size_bytes)
+    return digest_from_pb(d, fn)

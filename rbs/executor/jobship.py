@@ -17,10 +17,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from google.protobuf import timestamp_pb2
-
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
-from rbs.executor.joblog import LogLine, LogSpool, LogSpoolError, Stream
+from rbs.executor.joblog import LogSpool, LogSpoolError
+from rbs.model import LogLine
+from rbs.wire.logs import line_to_pb
 
 log = logging.getLogger(__name__)
 
@@ -29,22 +29,6 @@ BATCH_LINES = 500
 BATCH_DELAY_S = 0.05
 # While disconnected, lines beyond this many are left to the spool, not kept in memory.
 MAX_BUFFERED = 20_000
-
-_STREAMS = {
-    Stream.OUT: w_pb2.LogLine.OUT,
-    Stream.ERR: w_pb2.LogLine.ERR,
-    Stream.SYS: w_pb2.LogLine.SYS,
-}
-
-
-def line_to_proto(line: LogLine) -> w_pb2.LogLine:
-    seconds = int(line.time)
-    return w_pb2.LogLine(
-        seq=line.seq,
-        time=timestamp_pb2.Timestamp(seconds=seconds, nanos=int((line.time - seconds) * 1e9)),
-        stream=_STREAMS[line.stream],
-        text=line.text,
-    )
 
 
 class LogShipper:
@@ -134,7 +118,7 @@ class LogShipper:
                         task_index=self._lease.task_index,
                         attempt=self._lease.attempt,
                         lease_id=self._lease.lease_id,
-                        lines=[line_to_proto(x) for x in batch],
+                        lines=[line_to_pb(x) for x in batch],
                     )
                 )
             )

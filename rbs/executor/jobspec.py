@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import math
 import signal
 from collections.abc import Mapping
@@ -13,26 +12,7 @@ from types import MappingProxyType
 from rbs.executor.cgroup_base import Limits
 from rbs.executor.joblog import MAX_LINE_CHARS
 from rbs.executor.outputs import OutputsResult, check_declared
-
-
-class RunState(enum.Enum):
-    """How one job process ended, in the scheduler's vocabulary."""
-
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    TIMEOUT = "TIMEOUT"
-    CANCELLED = "CANCELLED"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-
-
-class KillReason(enum.Enum):
-    """Why rbs ended a job before it exited by itself."""
-
-    TIME_LIMIT = "time limit reached"
-    CANCELLED = "cancelled"
-    PEER_ENDED = "another rank of the job ended"
-    PREEMPTED = "preempted"
-    SHUTDOWN = "worker shutting down"
+from rbs.model import JobState, KillReason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,7 +111,7 @@ class JobOutcome:
     is an upper bound (the kernel counts the worker's own memory at spawn time).
     """
 
-    state: RunState
+    state: JobState  # COMPLETED, FAILED, TIMEOUT, CANCELLED or OUT_OF_MEMORY
     exit_code: int | None = None
     signal: int | None = None
     kill_reason: KillReason | None = None

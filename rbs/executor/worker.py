@@ -35,7 +35,9 @@ from rbs import __version__
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
+from rbs.cas.digests import digest_from_pb, function_from_pb
 from rbs.cas.disk import DiskStore
+from rbs.cas.errors import InvalidDigest
 from rbs.cas.store import CHUNK
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionExecutor, ActionOutcome
@@ -53,12 +55,6 @@ from rbs.wire.reapi_client import (
 
 log = logging.getLogger(__name__)
 
-_FUNCTIONS = {
-    re_pb2.DigestFunction.SHA256: DigestFunction.SHA256,
-    re_pb2.DigestFunction.BLAKE3: DigestFunction.BLAKE3,
-}
-
-
 _CONTAINER_RUNTIMES = ("podman", "docker")
 # How long a server may take to answer Register before the worker gives up.
 _REGISTER_TIMEOUT_S = 30.0
@@ -69,14 +65,16 @@ class WorkerError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Resources:
+class MachineCapacity:
+    """This machine's cores, memory, GPU ids and runtimes: what a worker advertises by default."""
+
     cpus: int
     memory_bytes: int
     gpu_ids: tuple[str, ...]
     container_runtimes: tuple[str, ...] = ()
 
 
-def machine_resources() -> Resources:
+def machine_resources() -> MachineCapacity:
     """This machine's cores, memory and GPUs (via nvidia-smi when it is installed)."""
     cpus = len(os.sched_getaffinity(0)) or os.cpu_count() or 1
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -96,7 +94,9 @@ def machine_resources() -> Resources:
             log.warning("nvidia-smi is installed but failed (%s); advertising no GPUs", e)
     # Runtimes for jobs that name an image; present means installed, not yet proven usable.
     runtimes = tuple(r for r in _CONTAINER_RUNTIMES if shutil.which(r))
-    return Resources(cpus=cpus, memory_bytes=memory, gpu_ids=gpus, container_runtimes=runtimes)
+    return MachineCapacity(
+        cpus=cpus, memory_bytes=memory, gpu_ids=gpus, container_runtimes=runtimes
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,10 +129,6 @@ class WorkerConfig:
                 raise ValueError(f"{what} must not be negative, got {value}")
         if self.reconnect_timeout_s <= 0:
             raise ValueError("the reconnect timeout must be positive")
-
-
-def _digest(d: re_pb2.Digest, fn: DigestFunction) -> Digest:
-    return Digest(function=fn, hash=d.hash, size=d.size_bytes)
 
 
 def worker_id_for(work_dir: Path) -> str:
@@ -413,7 +409,10 @@ class Worker:
         task.add_done_callback(lambda _t: self._running.pop(lease.lease_id, None))
 
     async def _run_action(self, lease: w_pb2.ActionLease) -> None:
-        fn = _FUNCTIONS.get(lease.digest_function)
+        try:
+            fn = function_from_pb(lease.digest_function)
+        except InvalidDigest:  # unsupported: like unset, the outcome below says so
+            fn = None
         self.send(w_pb2.WorkerMessage(action_started=w_pb2.ActionStarted(lease_id=lease.lease_id)))
         if fn is None:
             outcome = ActionOutcome(
@@ -421,9 +420,7 @@ class Worker:
                 message=f"digest function {lease.digest_function} is not supported by this worker",
             )
         else:
-            digest = Digest(
-                function=fn, hash=lease.action_digest.hash, size=lease.action_digest.size_bytes
-            )
+            digest = digest_from_pb(lease.action_digest, fn)
             timeout = lease.timeout.ToTimedelta().total_seconds()
             name = re.sub(r"[^A-Za-z0-9_.-]", "_", lease.lease_id)
             log.info("running %s (%s, attempt %d)", lease.operation_name, digest, lease.attempt)
@@ -486,8 +483,8 @@ class Worker:
             below: list[Digest] = []
             for d in level:
                 directory = self.local.get_message(d, re_pb2.Directory())
-                files.update(_digest(f.digest, d.function) for f in directory.files)
-                below.extend(_digest(s.digest, d.function) for s in directory.directories)
+                files.update(digest_from_pb(f.digest, d.function) for f in directory.files)
+                below.extend(digest_from_pb(s.digest, d.function) for s in directory.directories)
             level = below
         self._fetch(sorted(files, key=lambda d: d.hash))
 

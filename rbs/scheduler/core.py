@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rbs.model import JobManifest
+from rbs.model import JobManifest, JobState, KillReason
 from rbs.scheduler import lifecycle as lc
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.events import (
@@ -33,7 +33,6 @@ from rbs.scheduler.instructions import (
     Instruction,
     JobRecord,
     Kill,
-    KillReason,
     NodeRecord,
     Rejected,
     TaskRecord,
@@ -380,7 +379,7 @@ class Scheduler:
         for trec in tasks:
             run = Run.from_record(trec)
             job = st.jobs[trec.job_id]
-            if trec.state.terminal or trec.state.value == "PENDING":
+            if trec.state.terminal or trec.state is JobState.PENDING:
                 st.draining[run.key] = run
             else:
                 job.runs[job.raw_of(run.index)] = run

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-from rbs.model import JobManifest, JobState
+from rbs.model import JobManifest, JobState, KillReason
 from rbs.scheduler.events import RunRef
-
-
-class KillReason(enum.Enum):
-    """Why a run is stopped; the worker sends SIGTERM, then SIGKILL after its grace period."""
-
-    TIMEOUT = "timeout"
-    CANCEL = "cancel"
-    GANG_PEER_ENDED = "gang-peer-ended"
-    NODE_FAIL = "node-fail"  # a peer node of the gang was lost
-    REQUEUE = "requeue"
-    PREEMPT = "preempt"
-    ORPHAN = "orphan"  # a reconnecting worker runs something the scheduler no longer wants
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

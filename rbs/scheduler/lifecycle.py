@@ -5,8 +5,8 @@ from __future__ import annotations
 import heapq
 import logging
 
-from rbs.model import DepKind, JobState
-from rbs.scheduler.instructions import KillReason, Start
+from rbs.model import DepKind, JobState, KillReason
+from rbs.scheduler.instructions import Start
 from rbs.scheduler.state import Job, Run, SchedState
 from rbs.scheduler.workers import WorkerCapacity
 

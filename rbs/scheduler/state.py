@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
-from rbs.model import JobManifest, JobState, Resources
+from rbs.model import TERMINAL_STATES, JobManifest, JobState, KillReason, Resources
 from rbs.scheduler.arrays import TaskPool
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.events import RunRef
@@ -14,7 +14,6 @@ from rbs.scheduler.instructions import (
     Instruction,
     JobRecord,
     Kill,
-    KillReason,
     NodeRecord,
     Rejected,
     SaveJob,
@@ -28,13 +27,12 @@ from rbs.scheduler.workers import NodeKey, WorkerCapacity
 
 RunKey = tuple[int, int | None, int]  # job id, index, attempt
 
-_TERMINAL = frozenset(s for s in JobState if s.terminal)
 # Legal job-state moves. An array's aggregate state may go from PENDING straight to a
 # terminal state (its last pending tasks cancelled after others failed); a single job
 # only leaves PENDING by starting or being cancelled.
 _LEGAL: dict[JobState, frozenset[JobState]] = {
-    JobState.PENDING: frozenset({JobState.RUNNING} | _TERMINAL),
-    JobState.RUNNING: frozenset({JobState.PENDING} | _TERMINAL),
+    JobState.PENDING: frozenset({JobState.RUNNING} | TERMINAL_STATES),
+    JobState.RUNNING: frozenset({JobState.PENDING} | TERMINAL_STATES),
 }
 # Which non-COMPLETED task outcome names an array's aggregate end state, first wins.
 _AGGREGATE = (

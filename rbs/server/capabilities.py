@@ -16,6 +16,7 @@ import grpc
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from rbs._proto.build.bazel.semver import semver_pb2
+from rbs.cas.digests import SUPPORTED_PB_FUNCTIONS
 from rbs.server.instances import Instances
 from rbs.wire.errors import rpc_errors
 
@@ -26,7 +27,7 @@ HIGH_API = (2, 3)
 
 
 def server_capabilities(*, max_batch_size: int, exec_enabled: bool) -> re_pb2.ServerCapabilities:
-    functions = [_DF.SHA256, _DF.BLAKE3]
+    functions = list(SUPPORTED_PB_FUNCTIONS)
     return re_pb2.ServerCapabilities(
         cache_capabilities=re_pb2.CacheCapabilities(
             digest_functions=functions,

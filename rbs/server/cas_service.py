@@ -22,6 +22,7 @@ from google.rpc import status_pb2
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
+from rbs.cas.digests import add_digests
 from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch
 from rbs.cas.store import BlobStore
 from rbs.model import Digest, DigestFunction
@@ -98,9 +99,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         else:
             missing = await asyncio.to_thread(self.store.find_missing, digests)
         response = re_pb2.FindMissingBlobsResponse()
-        add = response.missing_blob_digests.add  # several times faster than building each
-        for d in missing:
-            add(hash=d.hash, size_bytes=d.size)
+        add_digests(response.missing_blob_digests, missing)
         return response
 
     @staticmethod

@@ -30,6 +30,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
+from rbs.cas.digests import digest_to_pb, function_to_pb
 from rbs.cas.errors import BlobNotFound, InvalidTree
 from rbs.cas.store import BlobStore
 from rbs.model import Digest, DigestFunction
@@ -44,12 +45,7 @@ from rbs.wire.errors import (
     NotFound,
     rpc_errors,
 )
-from rbs.wire.reapi import (
-    digest_from_proto,
-    digest_to_proto,
-    function_to_proto,
-    request_function,
-)
+from rbs.wire.reapi import digest_from_proto, request_function
 
 log = logging.getLogger(__name__)
 
@@ -354,8 +350,8 @@ def operation_to_proto(op: Operation) -> operations_pb2.Operation:
     out.metadata.Pack(
         re_pb2.ExecuteOperationMetadata(
             stage=int(op.stage),
-            action_digest=digest_to_proto(op.action_digest),
-            digest_function=function_to_proto(op.action_digest.function),
+            action_digest=digest_to_pb(op.action_digest),
+            digest_function=function_to_pb(op.action_digest.function),
         )
     )
     if op.done and op.response is not None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
+from rbs.cas.digests import digest_to_pb, function_to_pb
 from rbs.model import Digest, JobManifest, JobState
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
@@ -45,20 +46,15 @@ from rbs.scheduler.instructions import Accepted, Kill, Rejected, SaveJob, SaveTa
 from rbs.scheduler.state import SchedulerError
 from rbs.scheduler.store import Store
 from rbs.scheduler.views import JobView
-from rbs.server.job_logs import IncomingLine, JobLogs
+from rbs.server.job_logs import JobLogs
 from rbs.server.workers_service import WorkerHub
+from rbs.wire.logs import line_from_pb
 from rbs.wire.manifest import manifest_to_json
-from rbs.wire.reapi import (
-    digest_from_proto,
-    digest_to_proto,
-    function_from_proto,
-    function_to_proto,
-)
+from rbs.wire.reapi import digest_from_proto, function_from_proto
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25
-_STREAMS = {w_pb2.LogLine.OUT: "out", w_pb2.LogLine.ERR: "err", w_pb2.LogLine.SYS: "sys"}
 
 
 class JobRequestError(Exception):
@@ -256,13 +252,13 @@ class JobDriver:
             master_port=ins.master_port or 0,
         )
         if m.input_root is not None:
-            lease.input_root_digest.CopyFrom(digest_to_proto(m.input_root))
-            lease.digest_function = function_to_proto(m.input_root.function)
+            lease.input_root_digest.CopyFrom(digest_to_pb(m.input_root))
+            lease.digest_function = function_to_pb(m.input_root.function)
         if m.checkpoint_dir and ins.run.attempt > 1:
             ckpt = self.outputs.checkpoint(ins.run.job_id, ins.run.index)
             if ckpt is not None:
-                lease.checkpoint_digest.CopyFrom(digest_to_proto(ckpt))
-                lease.digest_function = function_to_proto(ckpt.function)
+                lease.checkpoint_digest.CopyFrom(digest_to_pb(ckpt))
+                lease.digest_function = function_to_pb(ckpt.function)
         self._slots.setdefault(ins.worker_id, set()).add(ins.lease_id)
         self._leases[ins.lease_id] = ins
         if not self.hub.send(ins.worker_id, w_pb2.ServerMessage(job_lease=lease)):
@@ -337,23 +333,15 @@ class JobDriver:
         elif kind == "log_lines":
             ll = message.log_lines
             rank = RunRef.parse_lease(ll.lease_id).rank if ll.lease_id else 0
-            lines = [
-                IncomingLine(
-                    wseq=x.seq,
-                    time=x.time.ToNanoseconds() / 1e9,
-                    stream=_STREAMS.get(x.stream, "sys"),
-                    text=x.text,
-                )
-                for x in ll.lines
-            ]
             task = None if ll.task_index < 0 else ll.task_index
-            self.logs.append(int(ll.job_id), task, ll.attempt, rank, lines)
+            lines = [line_from_pb(x, task=task, attempt=ll.attempt, rank=rank) for x in ll.lines]
+            self.logs.append(int(ll.job_id), lines)
             if lines:
                 ack = w_pb2.Ack(
                     job_id=ll.job_id,
                     task_index=ll.task_index,
                     attempt=ll.attempt,
-                    log_seq=max(x.wseq for x in lines),
+                    log_seq=max(x.seq for x in lines),
                     lease_id=ll.lease_id,
                 )
                 self.hub.send(worker_id, w_pb2.ServerMessage(ack=ack))

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+from rbs.model import LogLine, LogStream
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lines (
@@ -31,25 +32,6 @@ CREATE TABLE IF NOT EXISTS lines (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS lines_seq ON lines (job_id, seq);
 """
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IncomingLine:
-    wseq: int
-    time: float
-    stream: str
-    text: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoredLine:
-    seq: int
-    time: float
-    stream: str
-    text: str
-    task: int | None
-    attempt: int
-    rank: int
 
 
 class JobLogs:
@@ -78,20 +60,20 @@ class JobLogs:
             n = (row[0] or 0) + 1
         return n
 
-    def append(
-        self, job_id: int, task: int | None, attempt: int, rank: int, lines: Iterable[IncomingLine]
-    ) -> int:
-        """Store new lines (re-sent ones are ignored); returns how many were new."""
-        t = -1 if task is None else task
+    def append(self, job_id: int, lines: Iterable[LogLine]) -> int:
+        """Store new lines, each numbered by its run's worker (re-sent ones are ignored);
+        returns how many were new."""
         seq = self._next_seq(job_id)
         added = 0
         db = self._db
         db.execute("BEGIN")
         try:
             for ln in lines:
+                task = -1 if ln.task is None else ln.task
+                row = (job_id, task, ln.attempt, ln.rank, ln.seq, seq, ln.time)
                 cur = db.execute(
                     "INSERT OR IGNORE INTO lines VALUES (?,?,?,?,?,?,?,?,?)",
-                    (job_id, t, attempt, rank, ln.wseq, seq, ln.time, ln.stream, ln.text),
+                    (*row, ln.stream.value, ln.text),
                 )
                 if cur.rowcount:
                     seq += 1
@@ -114,7 +96,8 @@ class JobLogs:
         task: int | None = None,
         tail: int | None = None,
         limit: int = 5000,
-    ) -> list[StoredLine]:
+    ) -> list[LogLine]:
+        """Lines in the job's display order: `seq` is the job's number, not the worker's."""
         sql = "SELECT seq, time, stream, text, task, attempt, rank FROM lines WHERE job_id = ? AND seq > ?"
         args: list[int] = [job_id, after]
         if task is not None:
@@ -126,8 +109,14 @@ class JobLogs:
         else:
             rows = self._db.execute(sql + " ORDER BY seq LIMIT ?", (*args, limit)).fetchall()
         return [
-            StoredLine(
-                seq=s, time=tm, stream=st, text=tx, task=None if tk == -1 else tk, attempt=a, rank=r
+            LogLine(
+                seq=s,
+                time=tm,
+                stream=LogStream(st),
+                text=tx,
+                task=None if tk == -1 else tk,
+                attempt=a,
+                rank=r,
             )
             for s, tm, st, tx, tk, a, r in rows
         ]

@@ -294,7 +294,7 @@ class JobsApi:
                         {
                             "seq": ln.seq,
                             "time": ln.time,
-                            "stream": ln.stream,
+                            "stream": ln.stream.value,
                             "text": ln.text,
                             "task": ln.task,
                             "attempt": ln.attempt,

@@ -31,6 +31,8 @@ from google.rpc import status_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
+from rbs.cas.digests import digest_to_pb, function_to_pb
+from rbs.model import JobState
 from rbs.scheduler.dispatch import DispatchConfig, Dispatcher, WorkerView
 from rbs.scheduler.dispatch_events import (
     ActionSubmitted,
@@ -58,21 +60,8 @@ from rbs.scheduler.dispatch_instructions import (
 )
 from rbs.server.operations import OperationStore
 from rbs.wire.errors import InvalidRequest, rpc_errors
-from rbs.wire.reapi import digest_to_proto, function_to_proto
 
 log = logging.getLogger(__name__)
-
-JOB_STATES = (
-    "PENDING",
-    "RUNNING",
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "OUT_OF_MEMORY",
-    "NODE_FAIL",
-    "PREEMPTED",
-)
 
 
 class ActionEvents(Protocol):
@@ -237,8 +226,8 @@ class WorkerHub:
             action_lease=w_pb2.ActionLease(
                 lease_id=ins.lease_id,
                 operation_name=a.operation,
-                action_digest=digest_to_proto(a.action_digest),
-                digest_function=function_to_proto(a.action_digest.function),
+                action_digest=digest_to_pb(a.action_digest),
+                digest_function=function_to_pb(a.action_digest.function),
                 timeout=duration_pb2.Duration(
                     seconds=int(a.timeout_s), nanos=int((a.timeout_s % 1) * 1e9)
                 ),
@@ -358,7 +347,7 @@ class WorkerHub:
 
     def status(self) -> w_pb2.ClusterStatus:
         now_mono, now_wall = self._clock(), time.time()
-        counts = dict.fromkeys(JOB_STATES, 0)
+        counts = dict.fromkeys((s.value for s in JobState), 0)
         if self.jobs is not None:
             counts.update(self.jobs.job_counts())
         out = w_pb2.ClusterStatus(

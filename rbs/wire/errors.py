@@ -34,7 +34,14 @@ import grpc
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 
-from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, InvalidTree, StoreFull
+from rbs.cas.errors import (
+    BlobNotFound,
+    CorruptBlob,
+    DigestMismatch,
+    InvalidDigest,
+    InvalidTree,
+    StoreFull,
+)
 from rbs.model import Digest
 
 log = logging.getLogger(__name__)
@@ -105,6 +112,7 @@ _TABLE: list[tuple[type[BaseException], grpc.StatusCode]] = [
     # A corrupt blob has been removed; NOT_FOUND makes clients upload it again.
     (CorruptBlob, grpc.StatusCode.NOT_FOUND),
     (DigestMismatch, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidDigest, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidTree, grpc.StatusCode.INVALID_ARGUMENT),
     (StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]

@@ -1,4 +1,4 @@
-"""Protobuf <-> rbs.model conversions for the REAPI edge; every malformed value is an InvalidRequest.
+"""REAPI request rules over rbs.cas.digests: every malformed value is an InvalidRequest.
 
 Digest functions: a request's `digest_function` field wins when set (SHA256 or BLAKE3;
 anything else is refused, naming the supported ones). When it is unset (older
@@ -12,38 +12,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from rbs.cas.digests import SUPPORTED_FUNCTIONS, digest_from_pb, function_from_pb
+from rbs.cas.errors import InvalidDigest
 from rbs.model import Digest, DigestFunction
 from rbs.wire.errors import InvalidRequest
 
-_DF = re_pb2.DigestFunction
-_TO_PROTO: dict[DigestFunction, int] = {
-    DigestFunction.SHA256: _DF.SHA256,
-    DigestFunction.BLAKE3: _DF.BLAKE3,
-}
-_FROM_PROTO: dict[int, DigestFunction] = {v: k for k, v in _TO_PROTO.items()}
-SUPPORTED_FUNCTIONS = "SHA256, BLAKE3"
 # Hash lengths of functions rbs does not serve, to say which one a client used.
 _OTHER_LENGTHS = {32: "MD5", 40: "SHA1", 96: "SHA384", 128: "SHA512"}
 
 
-def function_to_proto(fn: DigestFunction) -> int:
-    return _TO_PROTO[fn]
-
-
 def function_from_proto(value: int) -> DigestFunction | None:
     """The function a request names, or None when the field is unset (infer it)."""
-    if value == _DF.UNKNOWN:
-        return None
-    fn = _FROM_PROTO.get(value)
-    if fn is None:
-        try:
-            name = _DF.Value.Name(value)
-        except ValueError:
-            name = str(value)
-        raise InvalidRequest(
-            f"digest function {name} is not supported; this server supports {SUPPORTED_FUNCTIONS}"
-        )
-    return fn
+    try:
+        return function_from_pb(value)
+    except InvalidDigest as e:
+        raise InvalidRequest(str(e)) from None
 
 
 def infer_function(hash_: str) -> DigestFunction:
@@ -64,12 +47,9 @@ def infer_function(hash_: str) -> DigestFunction:
 
 def digest_from_proto(d: re_pb2.Digest, fn: DigestFunction | None, field: str = "digest") -> Digest:
     """Validate a wire digest; `fn` None infers the function from the hash."""
-    function = fn or infer_function(d.hash)
-    if d.size_bytes < 0:
-        raise InvalidRequest(f"{field}: negative size_bytes {d.size_bytes} for {d.hash!r}")
     try:
-        return Digest(function=function, hash=d.hash, size=d.size_bytes)
-    except ValueError as e:
+        return digest_from_pb(d, fn or infer_function(d.hash))
+    except InvalidDigest as e:
         raise InvalidRequest(f"{field}: {e}") from None
 
 
@@ -81,14 +61,10 @@ def digests_from_proto(
     append = out.append
     for i, d in enumerate(ds):
         try:
-            append(Digest(function=fn or infer_function(d.hash), hash=d.hash, size=d.size_bytes))
-        except (ValueError, InvalidRequest) as e:
+            append(digest_from_pb(d, fn or infer_function(d.hash)))
+        except (InvalidDigest, InvalidRequest) as e:
             raise InvalidRequest(f"{field}[{i}]: {e}") from None
     return out
-
-
-def digest_to_proto(d: Digest) -> re_pb2.Digest:
-    return re_pb2.Digest(hash=d.hash, size_bytes=d.size)
 
 
 def request_function(value: int, first: re_pb2.Digest | None = None) -> DigestFunction:

@@ -29,12 +29,12 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as r
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from rbs._proto.google.bytestream import bytestream_pb2 as bs_pb2
 from rbs._proto.google.bytestream import bytestream_pb2_grpc as bs_grpc
+from rbs.cas.digests import add_digests, digest_to_pb, function_to_pb
 from rbs.cas.errors import BlobNotFound, CasError, DigestMismatch
 from rbs.cas.store import BlobStore, BlobWriter, hash_file
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 from rbs.wire.auth import auth_metadata, token_from_env
 from rbs.wire.limits import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
-from rbs.wire.reapi import digest_to_proto, function_to_proto
 from rbs.wire.resource_names import format_read_name, format_write_name
 
 CHUNK = 1 << 20
@@ -207,11 +207,9 @@ class RemoteStore(BlobStore):
             for start in range(0, len(group), _FIND_BATCH):
                 part = group[start : start + _FIND_BATCH]
                 req = re_pb2.FindMissingBlobsRequest(
-                    instance_name=self.instance, digest_function=function_to_proto(fn)
+                    instance_name=self.instance, digest_function=function_to_pb(fn)
                 )
-                add = req.blob_digests.add  # several times faster than building each
-                for d in part:
-                    add(hash=d.hash, size_bytes=d.size)
+                add_digests(req.blob_digests, part)
                 try:
                     resp = self._call.cas.FindMissingBlobs(req, metadata=self._call.metadata)
                 except grpc.RpcError as e:
@@ -288,10 +286,10 @@ class RemoteStore(BlobStore):
     def _batch_update(self, items: list[tuple[Digest, bytes]]) -> None:
         fn = items[0][0].function
         req = re_pb2.BatchUpdateBlobsRequest(
-            instance_name=self.instance, digest_function=function_to_proto(fn)
+            instance_name=self.instance, digest_function=function_to_pb(fn)
         )
         for d, data in items:
-            req.requests.add(digest=digest_to_proto(d), data=data)
+            req.requests.add(digest=digest_to_pb(d), data=data)
         try:
             resp = self._call.cas.BatchUpdateBlobs(req, metadata=self._call.metadata)
         except grpc.RpcError as e:
@@ -369,8 +367,8 @@ class RemoteStore(BlobStore):
         for fn in {d.function for d in digests}:
             req = re_pb2.BatchReadBlobsRequest(
                 instance_name=self.instance,
-                digests=[digest_to_proto(d) for d in digests if d.function is fn],
-                digest_function=function_to_proto(fn),
+                digests=[digest_to_pb(d) for d in digests if d.function is fn],
+                digest_function=function_to_pb(fn),
             )
             try:
                 resp = self._call.cas.BatchReadBlobs(req, metadata=self._call.metadata)
@@ -427,10 +425,10 @@ class ActionCacheClient:
         """The cached result of `action`, or None on a miss."""
         req = re_pb2.GetActionResultRequest(
             instance_name=self.instance,
-            action_digest=digest_to_proto(action),
+            action_digest=digest_to_pb(action),
             inline_stdout=inline_stdout,
             inline_stderr=inline_stderr,
-            digest_function=function_to_proto(action.function),
+            digest_function=function_to_pb(action.function),
         )
         try:
             return self._call.ac.GetActionResult(req, metadata=self._call.metadata)
@@ -442,9 +440,9 @@ class ActionCacheClient:
     def update(self, action: Digest, result: re_pb2.ActionResult) -> re_pb2.ActionResult:
         req = re_pb2.UpdateActionResultRequest(
             instance_name=self.instance,
-            action_digest=digest_to_proto(action),
+            action_digest=digest_to_pb(action),
             action_result=result,
-            digest_function=function_to_proto(action.function),
+            digest_function=function_to_pb(action.function),
         )
         try:
             return self._call.ac.UpdateActionResult(req, metadata=self._call.metadata)

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from rbs.cas.digests import digest_to_pb
 from rbs.cas.disk import DiskStore
 from rbs.cas.errors import BlobNotFound, InvalidTree
 from rbs.cas.memory import MemoryStore
@@ -22,7 +23,6 @@ from rbs.cas.tree import (
     build_tree,
     collect_directories,
     materialize,
-    to_proto,
     tree_from_path,
     walk_tree,
 )
@@ -192,13 +192,15 @@ def test_hostile_names_cannot_escape_dest(tmp_path: Path, name: str, kind: str) 
     empty_dir = store.put_message(re_pb2.Directory())
     node: object
     if kind == "files":
-        node = re_pb2.FileNode(name=name, digest=to_proto(blob))
+        node = re_pb2.FileNode(name=name, digest=digest_to_pb(blob))
     elif kind == "directories":
-        node = re_pb2.DirectoryNode(name=name, digest=to_proto(empty_dir))
+        node = re_pb2.DirectoryNode(name=name, digest=digest_to_pb(empty_dir))
     else:
         node = re_pb2.SymlinkNode(name=name, target="/tmp")
     inner = _hostile(store, **{kind: [node]})
-    root = _hostile(store, directories=[re_pb2.DirectoryNode(name="sub", digest=to_proto(inner))])
+    root = _hostile(
+        store, directories=[re_pb2.DirectoryNode(name="sub", digest=digest_to_pb(inner))]
+    )
     dest = tmp_path / "area" / "dest"
     with pytest.raises(InvalidTree, match="invalid path component"):
         materialize(store, root, dest)
@@ -208,7 +210,7 @@ def test_hostile_names_cannot_escape_dest(tmp_path: Path, name: str, kind: str) 
 
 def test_duplicate_names_are_refused(tmp_path: Path) -> None:
     store = MemoryStore()
-    blob = to_proto(store.put(b"x"))
+    blob = digest_to_pb(store.put(b"x"))
     root = _hostile(
         store,
         files=[re_pb2.FileNode(name="a", digest=blob)],

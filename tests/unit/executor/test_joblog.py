@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rbs.executor.joblog import LineSplitter, LogLine, LogSpool, LogSpoolError, Stream
+from rbs.executor.joblog import LineSplitter, LogSpool, LogSpoolError, from_record, to_record
+from rbs.model import LogLine, LogStream
 
 
 def test_splitter_lines_partial_and_final() -> None:
@@ -52,15 +53,15 @@ def test_splitter_loses_nothing(chunks: list[bytes], width: int) -> None:
 def test_spool_numbers_reopens_and_continues(tmp_path: Path) -> None:
     path = tmp_path / "job" / "log.jsonl"
     with LogSpool(path) as spool:
-        lines = spool.append([(Stream.OUT, "a", True), (Stream.ERR, "b", False)], now=5.0)
+        lines = spool.append([(LogStream.OUT, "a", True), (LogStream.ERR, "b", False)], now=5.0)
         assert [(x.seq, x.stream, x.text, x.eol, x.time) for x in lines] == [
-            (1, Stream.OUT, "a", True, 5.0),
-            (2, Stream.ERR, "b", False, 5.0),
+            (1, LogStream.OUT, "a", True, 5.0),
+            (2, LogStream.ERR, "b", False, 5.0),
         ]
-        spool.append([(Stream.SYS, 'quote " and \n newline', True)])
+        spool.append([(LogStream.SYS, 'quote " and \n newline', True)])
     with LogSpool(path) as spool:
         assert spool.next_seq == 4
-        spool.append([(Stream.OUT, "d", True)])
+        spool.append([(LogStream.OUT, "d", True)])
         assert [x.seq for x in spool.read_from(1)] == [1, 2, 3, 4]
         assert spool.read_from(3)[0].text == 'quote " and \n newline'
         assert spool.read_from(5) == []
@@ -69,12 +70,12 @@ def test_spool_numbers_reopens_and_continues(tmp_path: Path) -> None:
 def test_spool_drops_a_torn_record_on_reopen(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     with LogSpool(path) as spool:
-        spool.append([(Stream.OUT, "whole", True)])
+        spool.append([(LogStream.OUT, "whole", True)])
     with open(path, "ab") as f:
         f.write(b'{"seq":2,"t":1.0,"s":"out","te')
     with LogSpool(path) as spool:
         assert spool.next_seq == 2
-        spool.append([(Stream.OUT, "next", True)])
+        spool.append([(LogStream.OUT, "next", True)])
         assert [(x.seq, x.text) for x in spool.read_from(1)] == [(1, "whole"), (2, "next")]
 
 
@@ -90,7 +91,7 @@ def test_spool_torn_first_record_and_corrupt_tail(tmp_path: Path) -> None:
 
 def test_read_from_validates_and_limits(tmp_path: Path) -> None:
     with LogSpool(tmp_path / "log.jsonl") as spool:
-        spool.append([(Stream.OUT, str(i), True) for i in range(10)])
+        spool.append([(LogStream.OUT, str(i), True) for i in range(10)])
         assert [x.text for x in spool.read_from(4, limit=2)] == ["3", "4"]
         with pytest.raises(ValueError, match="start at 1"):
             spool.read_from(0)
@@ -102,13 +103,13 @@ def test_read_from_returns_exactly_the_tail(sizes: list[int], pick: int) -> None
     # Big and small records make the byte bisection cross record boundaries everywhere.
     with tempfile.TemporaryDirectory() as tmp, LogSpool(Path(tmp) / "log.jsonl") as spool:
         for i, n in enumerate(sizes):
-            spool.append([(Stream.OUT, chr(97 + i % 26) * n, True)])
+            spool.append([(LogStream.OUT, chr(97 + i % 26) * n, True)])
         got = spool.read_from(pick)
     assert [x.seq for x in got] == list(range(pick, len(sizes) + 1))
     assert all(len(x.text) == sizes[x.seq - 1] for x in got)
 
 
 def test_logline_json_round_trip() -> None:
-    line = LogLine(seq=7, time=1.5, stream=Stream.SYS, text="ünï\x00", eol=False)
-    assert LogLine.from_json(line.to_json()) == line
-    assert '"eol"' not in LogLine(seq=1, time=0, stream=Stream.OUT, text="").to_json()
+    line = LogLine(seq=7, time=1.5, stream=LogStream.SYS, text="ünï\x00", eol=False)
+    assert from_record(to_record(line)) == line
+    assert '"eol"' not in to_record(LogLine(seq=1, time=0, stream=LogStream.OUT, text=""))

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs.executor import jobship
-from rbs.executor.joblog import LogSpool, Stream
+from rbs.executor.joblog import LogSpool
 from rbs.executor.jobship import LogShipper
+from rbs.model import LogStream
 
 LEASE = w_pb2.JobLease(lease_id="7_2.1.0", job_id="7", task_index=2, attempt=1)
 
@@ -27,7 +28,7 @@ def _shipper(tmp_path: Path, wire: Wire) -> tuple[LogShipper, LogSpool]:
     return LogShipper(LEASE, spool, send=wire.sent.append, connected=lambda: wire.up), spool
 
 
-def _emit(ship: LogShipper, spool: LogSpool, n: int, stream: Stream = Stream.OUT) -> None:
+def _emit(ship: LogShipper, spool: LogSpool, n: int, stream: LogStream = LogStream.OUT) -> None:
     ship.on_lines(spool.append([(stream, f"line {i}", True) for i in range(n)]))
 
 
@@ -36,7 +37,7 @@ def test_lines_go_out_in_one_batch_after_the_delay(tmp_path: Path) -> None:
         wire = Wire()
         ship, spool = _shipper(tmp_path, wire)
         _emit(ship, spool, 2)
-        _emit(ship, spool, 1, Stream.ERR)
+        _emit(ship, spool, 1, LogStream.ERR)
         assert wire.sent == []  # batched, not one message per line
         await asyncio.sleep(jobship.BATCH_DELAY_S * 3)
         assert len(wire.sent) == 1
@@ -109,8 +110,8 @@ def test_out_of_order_batches_still_ship_every_line_once(tmp_path: Path) -> None
     async def main() -> None:
         wire = Wire()
         ship, spool = _shipper(tmp_path, wire)
-        early = spool.append([(Stream.OUT, "a", True), (Stream.OUT, "b", True)])
-        late = spool.append([(Stream.SYS, "c", True)])
+        early = spool.append([(LogStream.OUT, "a", True), (LogStream.OUT, "b", True)])
+        late = spool.append([(LogStream.SYS, "c", True)])
         ship.on_lines(late)
         ship.on_lines(early)
         ship.flush()

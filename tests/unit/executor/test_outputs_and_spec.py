@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rbs.cas.memory import MemoryStore
-from rbs.executor.jobspec import JobOutcome, JobSpec, RunState
+from rbs.executor.jobspec import JobOutcome, JobSpec
 from rbs.executor.outputs import (
     OutputKind,
     OutputPathError,
@@ -16,7 +16,7 @@ from rbs.executor.outputs import (
     collect_outputs,
     store_outputs,
 )
-from rbs.model import Digest
+from rbs.model import Digest, JobState
 
 
 def test_declared_paths_are_normalized() -> None:
@@ -125,9 +125,9 @@ def test_bad_specs_are_refused(kw: dict[str, object], message: str) -> None:
 
 
 def test_outcome_describe() -> None:
-    assert JobOutcome(state=RunState.TIMEOUT, signal=9, ended_at=0).describe() == (
+    assert JobOutcome(state=JobState.TIMEOUT, signal=9, ended_at=0).describe() == (
         "TIMEOUT (killed by SIGKILL)"
     )
-    assert JobOutcome(state=RunState.FAILED, exit_code=2, ended_at=0).describe() == (
+    assert JobOutcome(state=JobState.FAILED, exit_code=2, ended_at=0).describe() == (
         "FAILED (exit code 2)"
     )

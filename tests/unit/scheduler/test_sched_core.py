@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from sched_harness import GIB, Harness, env, kills, manifest, saved_states, starts
 
-from rbs.model import JobState
+from rbs.model import JobState, KillReason
 from rbs.scheduler.config import QueueConfig, SchedulerConfig
 from rbs.scheduler.events import Requeue, RunRef, Submit, TaskExited, TaskRef, TaskStarted
-from rbs.scheduler.instructions import Accepted, KillReason, SaveJob, SaveTask, Start
+from rbs.scheduler.instructions import Accepted, SaveJob, SaveTask, Start
 
 
 def test_submit_starts_at_once_with_the_job_environment() -> None:

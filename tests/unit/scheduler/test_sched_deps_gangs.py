@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from sched_harness import Harness, env, kills, manifest, starts
 
-from rbs.model import JobState
-from rbs.scheduler.instructions import KillReason
+from rbs.model import JobState, KillReason
 from rbs.wire.specs import parse_array, parse_dependencies
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from jobs_harness import JobCluster, wait_for
 
-from rbs.client.jobs import JobsClient, LogLine
+from rbs.client.jobs import JobsClient
 from rbs.executor import procs
+from rbs.model import LogLine
 
 
 def _lines(client: JobsClient, job: str) -> list[LogLine]:

@@ -11,9 +11,9 @@ from remote_harness import ServerThread, StartServer
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
+from rbs.cas.digests import digest_to_pb as pd
 from rbs.cas.disk import DiskStore
 from rbs.model import Digest, DigestFunction
-from rbs.wire.reapi import digest_to_proto as pd
 from rbs.wire.reapi_client import ActionCacheClient, RemoteStore, connect
 
 SHA = DigestFunction.SHA256

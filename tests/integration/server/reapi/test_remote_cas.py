@@ -13,10 +13,10 @@ from remote_harness import ServerThread, StartServer
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
+from rbs.cas.digests import digest_to_pb
 from rbs.cas.disk import DiskStore
 from rbs.model import Digest, DigestFunction
 from rbs.server.grpc_server import EXECUTION, SERVICES
-from rbs.wire.reapi import digest_to_proto
 from rbs.wire.reapi_client import connect
 
 DF = re_pb2.DigestFunction
@@ -25,7 +25,7 @@ B3 = DigestFunction.BLAKE3
 
 
 def pd(d: Digest) -> re_pb2.Digest:
-    return digest_to_proto(d)
+    return digest_to_pb(d)
 
 
 def store_of(server: ServerThread) -> DiskStore:
