@@ -29,6 +29,7 @@ from rbs.executor.jobproc import JobRunner
 from rbs.executor.jobship import LogShipper
 from rbs.executor.jobspec import JobOutcome, JobSpec
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction, JobManifest, KillReason, LogStream
+from rbs.wire.workers import lease_manifest
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,6 @@ class RunResult:
 
 def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
     """Set up, run and clean up one lease (blocking; call on a thread)."""
-    from rbs.wire.manifest import manifest_from_json
-
     lease, dirs = run.lease, run.dirs
     dirs.root.mkdir(parents=True, exist_ok=True)
     spool = run.spool = LogSpool(dirs.spool)
@@ -94,7 +93,7 @@ def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
         sink(spool.append([(LogStream.SYS, text, True)]))
 
     try:
-        manifest = manifest_from_json(lease.manifest_json)
+        manifest = lease_manifest(lease)
         fn = function_of(lease.digest_function)
     except ValueError as e:
         return RunResult(problem=f"cannot read the job lease: {e}")

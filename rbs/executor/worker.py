@@ -52,6 +52,7 @@ from rbs.wire.reapi_client import (
     connect,
     parse_target,
 )
+from rbs.wire.workers import WORKERS_PROTOCOL
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,7 @@ class Worker:
             job_slots=config.job_slots if config.job_slots is not None else cpus,
             container_runtimes=machine.container_runtimes,
             version=__version__,
+            protocol_version=WORKERS_PROTOCOL,
         )
         self.worker_id = self.register.worker_id
         self._channel = connect(config.server)
@@ -237,6 +239,7 @@ class Worker:
                             grpc.StatusCode.UNAUTHENTICATED,
                             grpc.StatusCode.PERMISSION_DENIED,
                             grpc.StatusCode.INVALID_ARGUMENT,
+                            grpc.StatusCode.FAILED_PRECONDITION,  # another Workers protocol
                             grpc.StatusCode.UNIMPLEMENTED,
                         ):
                             raise WorkerError(

@@ -49,8 +49,8 @@ from rbs.scheduler.views import JobView
 from rbs.server.job_logs import JobLogs
 from rbs.server.workers_service import WorkerHub
 from rbs.wire.logs import line_from_pb
-from rbs.wire.manifest import manifest_to_json
 from rbs.wire.reapi import digest_from_proto, function_from_proto
+from rbs.wire.workers import manifest_to_proto
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ class JobDriver:
         lease = w_pb2.JobLease(
             lease_id=ins.lease_id,
             job_id=str(ins.run.job_id),
-            manifest_json=manifest_to_json(m),
+            manifest=manifest_to_proto(m),
             task_index=-1 if ins.run.index is None else ins.run.index,
             attempt=ins.run.attempt,
             gpu_ids=list(ins.gpus),

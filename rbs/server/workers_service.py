@@ -60,6 +60,7 @@ from rbs.scheduler.dispatch_instructions import (
 )
 from rbs.server.operations import OperationStore
 from rbs.wire.errors import InvalidRequest, rpc_errors
+from rbs.wire.workers import ProtocolMismatch, check_protocol
 
 log = logging.getLogger(__name__)
 
@@ -433,6 +434,11 @@ class WorkersServicer(w_grpc.WorkersServicer):  # type: ignore[misc]
                 "the first message of a Connect stream must be Register (worker id and "
                 "resources); upgrade the worker to the server's rbs version"
             )
+        try:
+            check_protocol(first.register)
+        except ProtocolMismatch as e:
+            log.warning("refused a worker: %s", e)  # the operator has to act
+            raise
         session = self._hub.attach(first.register)
         reader = asyncio.get_running_loop().create_task(
             self._read(request_iterator, session), name=f"worker-{session.worker_id}"

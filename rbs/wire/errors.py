@@ -86,6 +86,11 @@ class Unauthenticated(RequestError):
     """A missing or wrong bearer token (UNAUTHENTICATED)."""
 
 
+class FailedPrecondition(RequestError):
+    """The server cannot serve the request as things stand, e.g. a peer of another version
+    (FAILED_PRECONDITION)."""
+
+
 class MissingBlobs(RequestError):
     """Blobs a request depends on are not in the CAS (FAILED_PRECONDITION + details)."""
 
@@ -103,6 +108,7 @@ class MissingBlobs(RequestError):
 _TABLE: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (MissingBlobs, grpc.StatusCode.FAILED_PRECONDITION),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (UnknownInstance, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),

@@ -339,6 +339,11 @@ def _nonempty(value: Any, flag: str) -> str:
     return text
 
 
+def job_path(value: Any, flag: str) -> str:
+    """A path inside the job's working directory (relative, no '..'); a SpecError naming `flag`."""
+    return _job_path(value, flag)
+
+
 def _job_path(value: Any, flag: str) -> str:
     """A path inside the job's working directory: relative, without '..'."""
     text = str(value).strip()

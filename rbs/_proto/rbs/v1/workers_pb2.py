@@ -27,9 +27,10 @@ from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as b
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
+from rbs._proto.rbs.v1 import jobs_pb2 as rbs_dot_v1_dot_jobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rbs/v1/workers.proto\x12\x06rbs.v1\x1a\x36\x62uild/bazel/remote/execution/v2/remote_execution.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xc8\x02\n\rWorkerMessage\x12$\n\x08register\x18\x01 \x01(\x0b\x32\x10.rbs.v1.RegisterH\x00\x12&\n\theartbeat\x18\x02 \x01(\x0b\x32\x11.rbs.v1.HeartbeatH\x00\x12/\n\x0e\x61\x63tion_started\x18\x03 \x01(\x0b\x32\x15.rbs.v1.ActionStartedH\x00\x12\x31\n\x0f\x61\x63tion_finished\x18\x04 \x01(\x0b\x32\x16.rbs.v1.ActionFinishedH\x00\x12)\n\x0bjob_started\x18\x05 \x01(\x0b\x32\x12.rbs.v1.JobStartedH\x00\x12+\n\x0cjob_finished\x18\x06 \x01(\x0b\x32\x13.rbs.v1.JobFinishedH\x00\x12%\n\tlog_lines\x18\x07 \x01(\x0b\x32\x10.rbs.v1.LogLinesH\x00\x42\x06\n\x04kind\"\x8d\x02\n\x08Register\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0c\n\x04\x63pus\x18\x05 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x06 \x01(\x03\x12\x0f\n\x07gpu_ids\x18\x07 \x03(\t\x12\x13\n\x0b\x62uild_slots\x18\x08 \x01(\x05\x12\x11\n\tjob_slots\x18\t \x01(\x05\x12\x1a\n\x12\x63ontainer_runtimes\x18\n \x03(\t\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x1a\n\x12held_action_leases\x18\x0c \x03(\t\x12\x17\n\x0fheld_job_leases\x18\r \x03(\t\"L\n\tHeartbeat\x12\x18\n\x10\x62uild_slots_used\x18\x01 \x01(\x05\x12\x16\n\x0ejob_slots_used\x18\x02 \x01(\x05\x12\r\n\x05load1\x18\x03 \x01(\x01\"!\n\rActionStarted\x12\x10\n\x08lease_id\x18\x01 \x01(\t\"\x85\x01\n\x0e\x41\x63tionFinished\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12=\n\x06result\x18\x03 \x01(\x0b\x32-.build.bazel.remote.execution.v2.ActionResult\"\x90\x01\n\nJobStarted\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ntask_index\x18\x03 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03pid\x18\x06 \x01(\x03\"\xd5\x03\n\x0bJobFinished\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ntask_index\x18\x03 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\r\n\x05state\x18\x05 \x01(\t\x12\x11\n\texit_code\x18\x06 \x01(\x05\x12\x0e\n\x06signal\x18\x07 \x01(\x05\x12\x19\n\x11peak_memory_bytes\x18\x08 \x01(\x03\x12\x12\n\noom_killed\x18\t \x01(\x08\x12\x43\n\x12output_tree_digest\x18\n \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x12N\n\x0f\x64igest_function\x18\x0b \x01(\x0e\x32\x35.build.bazel.remote.execution.v2.DigestFunction.Value\x12/\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\r \x01(\t\x12G\n\x16\x63heckpoint_tree_digest\x18\x0e \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\"q\n\x08LogLines\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\ntask_index\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x1e\n\x05lines\x18\x04 \x03(\x0b\x32\x0f.rbs.v1.LogLine\x12\x10\n\x08lease_id\x18\x05 \x01(\t\"\xb3\x01\n\x07LogLine\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x06stream\x18\x03 \x01(\x0e\x32\x16.rbs.v1.LogLine.Stream\x12\x0c\n\x04text\x18\x04 \x01(\t\";\n\x06Stream\x12\x16\n\x12STREAM_UNSPECIFIED\x10\x00\x12\x07\n\x03OUT\x10\x01\x12\x07\n\x03\x45RR\x10\x02\x12\x07\n\x03SYS\x10\x03\"\x85\x02\n\rServerMessage\x12(\n\nregistered\x18\x01 \x01(\x0b\x32\x12.rbs.v1.RegisteredH\x00\x12+\n\x0c\x61\x63tion_lease\x18\x02 \x01(\x0b\x32\x13.rbs.v1.ActionLeaseH\x00\x12-\n\rcancel_action\x18\x03 \x01(\x0b\x32\x14.rbs.v1.CancelActionH\x00\x12%\n\tjob_lease\x18\x04 \x01(\x0b\x32\x10.rbs.v1.JobLeaseH\x00\x12#\n\x08kill_job\x18\x05 \x01(\x0b\x32\x0f.rbs.v1.KillJobH\x00\x12\x1a\n\x03\x61\x63k\x18\x06 \x01(\x0b\x32\x0b.rbs.v1.AckH\x00\x42\x06\n\x04kind\"V\n\nRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x35\n\x12heartbeat_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x84\x02\n\x0b\x41\x63tionLease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x16\n\x0eoperation_name\x18\x02 \x01(\t\x12>\n\raction_digest\x18\x03 \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x12N\n\x0f\x64igest_function\x18\x04 \x01(\x0e\x32\x35.build.bazel.remote.execution.v2.DigestFunction.Value\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\"0\n\x0c\x43\x61ncelAction\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xf4\x03\n\x08JobLease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x15\n\rmanifest_json\x18\x03 \x01(\t\x12\x12\n\ntask_index\x18\x04 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x0f\n\x07gpu_ids\x18\x06 \x03(\t\x12&\n\x03\x65nv\x18\x07 \x03(\x0b\x32\x19.rbs.v1.JobLease.EnvEntry\x12\x11\n\tnode_rank\x18\x08 \x01(\x05\x12\x10\n\x08nodelist\x18\t \x03(\t\x12\x13\n\x0bmaster_addr\x18\n \x01(\t\x12\x13\n\x0bmaster_port\x18\x0b \x01(\x05\x12\x42\n\x11input_root_digest\x18\x0c \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x12N\n\x0f\x64igest_function\x18\r \x01(\x0e\x32\x35.build.bazel.remote.execution.v2.DigestFunction.Value\x12\x42\n\x11\x63heckpoint_digest\x18\x0e \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"J\n\x07KillJob\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"]\n\x03\x41\x63k\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\ntask_index\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0f\n\x07log_seq\x18\x04 \x01(\x03\x12\x10\n\x08lease_id\x18\x05 \x01(\t\"\x0f\n\rStatusRequest\"\x83\x02\n\rClusterStatus\x12%\n\x07workers\x18\x01 \x03(\x0b\x32\x14.rbs.v1.WorkerStatus\x12\x16\n\x0equeued_actions\x18\x02 \x01(\x03\x12\x17\n\x0frunning_actions\x18\x03 \x01(\x03\x12=\n\rjobs_by_state\x18\x04 \x03(\x0b\x32&.rbs.v1.ClusterStatus.JobsByStateEntry\x12\'\n\x03now\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a\x32\n\x10JobsByStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xd1\x02\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0c\n\x04\x63pus\x18\x05 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x06 \x01(\x03\x12\x0f\n\x07gpu_ids\x18\x07 \x03(\t\x12\x13\n\x0b\x62uild_slots\x18\x08 \x01(\x05\x12\x18\n\x10\x62uild_slots_used\x18\t \x01(\x05\x12\x11\n\tjob_slots\x18\n \x01(\x05\x12\x16\n\x0ejob_slots_used\x18\x0b \x01(\x05\x12\r\n\x05state\x18\x0c \x01(\t\x12\x32\n\x0elast_heartbeat\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07version\x18\x0e \x01(\t\x12\x1a\n\x12\x63ontainer_runtimes\x18\x0f \x03(\t2~\n\x07Workers\x12;\n\x07\x43onnect\x12\x15.rbs.v1.WorkerMessage\x1a\x15.rbs.v1.ServerMessage(\x01\x30\x01\x12\x36\n\x06Status\x12\x15.rbs.v1.StatusRequest\x1a\x15.rbs.v1.ClusterStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rbs/v1/workers.proto\x12\x06rbs.v1\x1a\x36\x62uild/bazel/remote/execution/v2/remote_execution.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x11rbs/v1/jobs.proto\"\xc8\x02\n\rWorkerMessage\x12$\n\x08register\x18\x01 \x01(\x0b\x32\x10.rbs.v1.RegisterH\x00\x12&\n\theartbeat\x18\x02 \x01(\x0b\x32\x11.rbs.v1.HeartbeatH\x00\x12/\n\x0e\x61\x63tion_started\x18\x03 \x01(\x0b\x32\x15.rbs.v1.ActionStartedH\x00\x12\x31\n\x0f\x61\x63tion_finished\x18\x04 \x01(\x0b\x32\x16.rbs.v1.ActionFinishedH\x00\x12)\n\x0bjob_started\x18\x05 \x01(\x0b\x32\x12.rbs.v1.JobStartedH\x00\x12+\n\x0cjob_finished\x18\x06 \x01(\x0b\x32\x13.rbs.v1.JobFinishedH\x00\x12%\n\tlog_lines\x18\x07 \x01(\x0b\x32\x10.rbs.v1.LogLinesH\x00\x42\x06\n\x04kind\"\xa7\x02\n\x08Register\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0c\n\x04\x63pus\x18\x05 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x06 \x01(\x03\x12\x0f\n\x07gpu_ids\x18\x07 \x03(\t\x12\x13\n\x0b\x62uild_slots\x18\x08 \x01(\x05\x12\x11\n\tjob_slots\x18\t \x01(\x05\x12\x1a\n\x12\x63ontainer_runtimes\x18\n \x03(\t\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x1a\n\x12held_action_leases\x18\x0c \x03(\t\x12\x17\n\x0fheld_job_leases\x18\r \x03(\t\x12\x18\n\x10protocol_version\x18\x0e \x01(\r\"L\n\tHeartbeat\x12\x18\n\x10\x62uild_slots_used\x18\x01 \x01(\x05\x12\x16\n\x0ejob_slots_used\x18\x02 \x01(\x05\x12\r\n\x05load1\x18\x03 \x01(\x01\"!\n\rActionStarted\x12\x10\n\x08lease_id\x18\x01 \x01(\t\"\x85\x01\n\x0e\x41\x63tionFinished\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12=\n\x06result\x18\x03 \x01(\x0b\x32-.build.bazel.remote.execution.v2.ActionResult\"\x90\x01\n\nJobStarted\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ntask_index\x18\x03 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03pid\x18\x06 \x01(\x03\"\xd5\x03\n\x0bJobFinished\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ntask_index\x18\x03 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\r\n\x05state\x18\x05 \x01(\t\x12\x11\n\texit_code\x18\x06 \x01(\x05\x12\x0e\n\x06signal\x18\x07 \x01(\x05\x12\x19\n\x11peak_memory_bytes\x18\x08 \x01(\x03\x12\x12\n\noom_killed\x18\t \x01(\x08\x12\x43\n\x12output_tree_digest\x18\n \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x12N\n\x0f\x64igest_function\x18\x0b \x01(\x0e\x32\x35.build.bazel.remote.execution.v2.DigestFunction.Value\x12/\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\r \x01(\t\x12G\n\x16\x63heckpoint_tree_digest\x18\x0e \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\"q\n\x08LogLines\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\ntask_index\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x1e\n\x05lines\x18\x04 \x03(\x0b\x32\x0f.rbs.v1.LogLine\x12\x10\n\x08lease_id\x18\x05 \x01(\t\"\xb3\x01\n\x07LogLine\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x06stream\x18\x03 \x01(\x0e\x32\x16.rbs.v1.LogLine.Stream\x12\x0c\n\x04text\x18\x04 \x01(\t\";\n\x06Stream\x12\x16\n\x12STREAM_UNSPECIFIED\x10\x00\x12\x07\n\x03OUT\x10\x01\x12\x07\n\x03\x45RR\x10\x02\x12\x07\n\x03SYS\x10\x03\"\x85\x02\n\rServerMessage\x12(\n\nregistered\x18\x01 \x01(\x0b\x32\x12.rbs.v1.RegisteredH\x00\x12+\n\x0c\x61\x63tion_lease\x18\x02 \x01(\x0b\x32\x13.rbs.v1.ActionLeaseH\x00\x12-\n\rcancel_action\x18\x03 \x01(\x0b\x32\x14.rbs.v1.CancelActionH\x00\x12%\n\tjob_lease\x18\x04 \x01(\x0b\x32\x10.rbs.v1.JobLeaseH\x00\x12#\n\x08kill_job\x18\x05 \x01(\x0b\x32\x0f.rbs.v1.KillJobH\x00\x12\x1a\n\x03\x61\x63k\x18\x06 \x01(\x0b\x32\x0b.rbs.v1.AckH\x00\x42\x06\n\x04kind\"V\n\nRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x35\n\x12heartbeat_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x84\x02\n\x0b\x41\x63tionLease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x16\n\x0eoperation_name\x18\x02 \x01(\t\x12>\n\raction_digest\x18\x03 \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x12N\n\x0f\x64igest_function\x18\x04 \x01(\x0e\x32\x35.build.bazel.remote.execution.v2.DigestFunction.Value\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\"0\n\x0c\x43\x61ncelAction\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x99\x04\n\x08JobLease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ntask_index\x18\x04 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x0f\n\x07gpu_ids\x18\x06 \x03(\t\x12&\n\x03\x65nv\x18\x07 \x03(\x0b\x32\x19.rbs.v1.JobLease.EnvEntry\x12\x11\n\tnode_rank\x18\x08 \x01(\x05\x12\x10\n\x08nodelist\x18\t \x03(\t\x12\x13\n\x0bmaster_addr\x18\n \x01(\t\x12\x13\n\x0bmaster_port\x18\x0b \x01(\x05\x12\x42\n\x11input_root_digest\x18\x0c \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x12N\n\x0f\x64igest_function\x18\r \x01(\x0e\x32\x35.build.bazel.remote.execution.v2.DigestFunction.Value\x12\x42\n\x11\x63heckpoint_digest\x18\x0e \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x12%\n\x08manifest\x18\x0f \x01(\x0b\x32\x13.rbs.v1.JobManifest\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01J\x04\x08\x03\x10\x04R\rmanifest_json\"J\n\x07KillJob\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"]\n\x03\x41\x63k\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\ntask_index\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0f\n\x07log_seq\x18\x04 \x01(\x03\x12\x10\n\x08lease_id\x18\x05 \x01(\t\"\x0f\n\rStatusRequest\"\x83\x02\n\rClusterStatus\x12%\n\x07workers\x18\x01 \x03(\x0b\x32\x14.rbs.v1.WorkerStatus\x12\x16\n\x0equeued_actions\x18\x02 \x01(\x03\x12\x17\n\x0frunning_actions\x18\x03 \x01(\x03\x12=\n\rjobs_by_state\x18\x04 \x03(\x0b\x32&.rbs.v1.ClusterStatus.JobsByStateEntry\x12\'\n\x03now\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a\x32\n\x10JobsByStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xd1\x02\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0c\n\x04\x63pus\x18\x05 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x06 \x01(\x03\x12\x0f\n\x07gpu_ids\x18\x07 \x03(\t\x12\x13\n\x0b\x62uild_slots\x18\x08 \x01(\x05\x12\x18\n\x10\x62uild_slots_used\x18\t \x01(\x05\x12\x11\n\tjob_slots\x18\n \x01(\x05\x12\x16\n\x0ejob_slots_used\x18\x0b \x01(\x05\x12\r\n\x05state\x18\x0c \x01(\t\x12\x32\n\x0elast_heartbeat\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07version\x18\x0e \x01(\t\x12\x1a\n\x12\x63ontainer_runtimes\x18\x0f \x03(\t2~\n\x07Workers\x12;\n\x07\x43onnect\x12\x15.rbs.v1.WorkerMessage\x1a\x15.rbs.v1.ServerMessage(\x01\x30\x01\x12\x36\n\x06Status\x12\x15.rbs.v1.StatusRequest\x1a\x15.rbs.v1.ClusterStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,50 +41,50 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBLEASE_ENVENTRY']._serialized_options = b'8\001'
   _globals['_CLUSTERSTATUS_JOBSBYSTATEENTRY']._loaded_options = None
   _globals['_CLUSTERSTATUS_JOBSBYSTATEENTRY']._serialized_options = b'8\001'
-  _globals['_WORKERMESSAGE']._serialized_start=179
-  _globals['_WORKERMESSAGE']._serialized_end=507
-  _globals['_REGISTER']._serialized_start=510
-  _globals['_REGISTER']._serialized_end=779
-  _globals['_HEARTBEAT']._serialized_start=781
-  _globals['_HEARTBEAT']._serialized_end=857
-  _globals['_ACTIONSTARTED']._serialized_start=859
-  _globals['_ACTIONSTARTED']._serialized_end=892
-  _globals['_ACTIONFINISHED']._serialized_start=895
-  _globals['_ACTIONFINISHED']._serialized_end=1028
-  _globals['_JOBSTARTED']._serialized_start=1031
-  _globals['_JOBSTARTED']._serialized_end=1175
-  _globals['_JOBFINISHED']._serialized_start=1178
-  _globals['_JOBFINISHED']._serialized_end=1647
-  _globals['_LOGLINES']._serialized_start=1649
-  _globals['_LOGLINES']._serialized_end=1762
-  _globals['_LOGLINE']._serialized_start=1765
-  _globals['_LOGLINE']._serialized_end=1944
-  _globals['_LOGLINE_STREAM']._serialized_start=1885
-  _globals['_LOGLINE_STREAM']._serialized_end=1944
-  _globals['_SERVERMESSAGE']._serialized_start=1947
-  _globals['_SERVERMESSAGE']._serialized_end=2208
-  _globals['_REGISTERED']._serialized_start=2210
-  _globals['_REGISTERED']._serialized_end=2296
-  _globals['_ACTIONLEASE']._serialized_start=2299
-  _globals['_ACTIONLEASE']._serialized_end=2559
-  _globals['_CANCELACTION']._serialized_start=2561
-  _globals['_CANCELACTION']._serialized_end=2609
-  _globals['_JOBLEASE']._serialized_start=2612
-  _globals['_JOBLEASE']._serialized_end=3112
-  _globals['_JOBLEASE_ENVENTRY']._serialized_start=3070
-  _globals['_JOBLEASE_ENVENTRY']._serialized_end=3112
-  _globals['_KILLJOB']._serialized_start=3114
-  _globals['_KILLJOB']._serialized_end=3188
-  _globals['_ACK']._serialized_start=3190
-  _globals['_ACK']._serialized_end=3283
-  _globals['_STATUSREQUEST']._serialized_start=3285
-  _globals['_STATUSREQUEST']._serialized_end=3300
-  _globals['_CLUSTERSTATUS']._serialized_start=3303
-  _globals['_CLUSTERSTATUS']._serialized_end=3562
-  _globals['_CLUSTERSTATUS_JOBSBYSTATEENTRY']._serialized_start=3512
-  _globals['_CLUSTERSTATUS_JOBSBYSTATEENTRY']._serialized_end=3562
-  _globals['_WORKERSTATUS']._serialized_start=3565
-  _globals['_WORKERSTATUS']._serialized_end=3902
-  _globals['_WORKERS']._serialized_start=3904
-  _globals['_WORKERS']._serialized_end=4030
+  _globals['_WORKERMESSAGE']._serialized_start=198
+  _globals['_WORKERMESSAGE']._serialized_end=526
+  _globals['_REGISTER']._serialized_start=529
+  _globals['_REGISTER']._serialized_end=824
+  _globals['_HEARTBEAT']._serialized_start=826
+  _globals['_HEARTBEAT']._serialized_end=902
+  _globals['_ACTIONSTARTED']._serialized_start=904
+  _globals['_ACTIONSTARTED']._serialized_end=937
+  _globals['_ACTIONFINISHED']._serialized_start=940
+  _globals['_ACTIONFINISHED']._serialized_end=1073
+  _globals['_JOBSTARTED']._serialized_start=1076
+  _globals['_JOBSTARTED']._serialized_end=1220
+  _globals['_JOBFINISHED']._serialized_start=1223
+  _globals['_JOBFINISHED']._serialized_end=1692
+  _globals['_LOGLINES']._serialized_start=1694
+  _globals['_LOGLINES']._serialized_end=1807
+  _globals['_LOGLINE']._serialized_start=1810
+  _globals['_LOGLINE']._serialized_end=1989
+  _globals['_LOGLINE_STREAM']._serialized_start=1930
+  _globals['_LOGLINE_STREAM']._serialized_end=1989
+  _globals['_SERVERMESSAGE']._serialized_start=1992
+  _globals['_SERVERMESSAGE']._serialized_end=2253
+  _globals['_REGISTERED']._serialized_start=2255
+  _globals['_REGISTERED']._serialized_end=2341
+  _globals['_ACTIONLEASE']._serialized_start=2344
+  _globals['_ACTIONLEASE']._serialized_end=2604
+  _globals['_CANCELACTION']._serialized_start=2606
+  _globals['_CANCELACTION']._serialized_end=2654
+  _globals['_JOBLEASE']._serialized_start=2657
+  _globals['_JOBLEASE']._serialized_end=3194
+  _globals['_JOBLEASE_ENVENTRY']._serialized_start=3131
+  _globals['_JOBLEASE_ENVENTRY']._serialized_end=3173
+  _globals['_KILLJOB']._serialized_start=3196
+  _globals['_KILLJOB']._serialized_end=3270
+  _globals['_ACK']._serialized_start=3272
+  _globals['_ACK']._serialized_end=3365
+  _globals['_STATUSREQUEST']._serialized_start=3367
+  _globals['_STATUSREQUEST']._serialized_end=3382
+  _globals['_CLUSTERSTATUS']._serialized_start=3385
+  _globals['_CLUSTERSTATUS']._serialized_end=3644
+  _globals['_CLUSTERSTATUS_JOBSBYSTATEENTRY']._serialized_start=3594
+  _globals['_CLUSTERSTATUS_JOBSBYSTATEENTRY']._serialized_end=3644
+  _globals['_WORKERSTATUS']._serialized_start=3647
+  _globals['_WORKERSTATUS']._serialized_end=3984
+  _globals['_WORKERS']._serialized_start=3986
+  _globals['_WORKERS']._serialized_end=4112
 # @@protoc_insertion_point(module_scope)

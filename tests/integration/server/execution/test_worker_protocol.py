@@ -19,6 +19,7 @@ from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
 from rbs.model import Digest
 from rbs.wire.reapi_client import ActionCacheClient, RemoteStore, connect
+from rbs.wire.workers import WORKERS_PROTOCOL
 
 
 class FakeWorker:
@@ -69,7 +70,13 @@ def test_result_naming_missing_outputs_is_internal_and_not_cached(server: Cluste
     fake = FakeWorker(channel)
     fake.send(
         w_pb2.WorkerMessage(
-            register=w_pb2.Register(worker_id="fake", hostname="h", build_slots=1, cpus=1)
+            register=w_pb2.Register(
+                worker_id="fake",
+                hostname="h",
+                build_slots=1,
+                cpus=1,
+                protocol_version=WORKERS_PROTOCOL,
+            )
         )
     )
     assert fake.recv().HasField("registered")

@@ -13,7 +13,7 @@ from rbs.cas.memory import MemoryStore
 from rbs.executor.cgroup_base import NullBackend
 from rbs.executor.jobhost import JobHost
 from rbs.model import JobManifest
-from rbs.wire.manifest import manifest_to_json
+from rbs.wire.workers import manifest_to_proto
 
 
 class Wire:
@@ -60,7 +60,7 @@ def _lease(job: int, script: str, **manifest: Any) -> w_pb2.ServerMessage:
         job_lease=w_pb2.JobLease(
             lease_id=f"{job}.1.0",
             job_id=str(job),
-            manifest_json=manifest_to_json(m),
+            manifest=manifest_to_proto(m),
             task_index=-1,
             attempt=1,
             env={"RBS_JOB_ID": str(job), "RBS_ATTEMPT": "1", "CUDA_VISIBLE_DEVICES": ""},
@@ -219,7 +219,7 @@ def test_a_bad_manifest_fails_with_a_reason(tmp_path: Path) -> None:
         wire = Wire()
         host = _host(tmp_path, wire)
         msg = _lease(8, "true")
-        msg.job_lease.manifest_json = '{"apiVersion": "rbs/v1"}'
+        msg.job_lease.manifest.ClearField("command")
         await host.handle(msg)
         await _until("JobFinished", lambda: wire.finished("8.1.0"))
         fin = wire.finished("8.1.0")
