@@ -12,8 +12,9 @@ The CLI is a thin layer over this class. Every call is one HTTP request on a kep
 connection. A plain submit sends the flags as given and the server layers them into
 the job's manifest (rbs.wire.manifest.apply_flags), so this module imports nothing
 but the standard library on that path: `rbs job submit` starts in a few milliseconds.
-(JobInfo is a slotted class rather than a dataclass for the same reason; job states and
-log lines come from rbs.model only where a call needs them.)
+The API's JSON documents are read by rbs.wire.jobs_api, which holds to the same rule
+(JobInfo, defined there, is a slotted class rather than a dataclass; job states and log
+lines come from rbs.model only where a call needs them).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from rbs.client.errors import JobError
 from rbs.client.http import HttpConnection, HttpError
+from rbs.wire import jobs_api
+from rbs.wire.jobs_api import JobInfo as JobInfo  # re-exported: the client's API
 
 # Not imported from typing, which costs `rbs job submit` start-up for nothing at run
 # time; type checkers treat this name as true all the same.
@@ -35,58 +38,6 @@ if TYPE_CHECKING:
 
     from rbs.client.staging import StageResult
     from rbs.model import JobManifest, LogLine
-
-
-class JobInfo:
-    """A job as the server reports it; `raw` holds every field of `rbs job show --json`."""
-
-    __slots__ = ("exit_code", "job_id", "name", "queue", "raw", "reason", "state")
-
-    def __init__(
-        self,
-        *,
-        job_id: str,
-        name: str,
-        state: str,
-        reason: str | None,
-        queue: str,
-        exit_code: int | None,
-        raw: Mapping[str, Any],
-    ) -> None:
-        self.job_id = job_id
-        self.name = name
-        self.state = state
-        self.reason = reason
-        self.queue = queue
-        self.exit_code = exit_code
-        self.raw = raw
-
-    def __repr__(self) -> str:
-        return f"JobInfo(job_id={self.job_id!r}, name={self.name!r}, state={self.state!r})"
-
-    @property
-    def done(self) -> bool:
-        from rbs.model import TERMINAL_STATES
-
-        return self.state in {s.value for s in TERMINAL_STATES}
-
-    @property
-    def ok(self) -> bool:
-        from rbs.model import JobState
-
-        return self.state == JobState.COMPLETED.value
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> JobInfo:
-        return cls(
-            job_id=str(data["job_id"]),
-            name=str(data.get("name", "")),
-            state=str(data["state"]),
-            reason=data.get("reason"),
-            queue=str(data.get("queue", "")),
-            exit_code=data.get("exit_code"),
-            raw=data,
-        )
 
 
 def log_line_json(line: LogLine) -> str:
@@ -183,7 +134,7 @@ class JobsClient:
             "flags": cli_flags,
             "input_root": None if root is None else str(root),
         }
-        return str(self._call("POST", "/v1/jobs", body)["job_id"])
+        return jobs_api.submitted_id(self._call("POST", "/v1/jobs", body))
 
     def submit_manifest(
         self, manifest: JobManifest, provenance: Mapping[str, str] | None = None
@@ -191,7 +142,7 @@ class JobsClient:
         from rbs.wire.manifest import manifest_to_dict
 
         body = {"manifest": manifest_to_dict(manifest), "provenance": dict(provenance or {})}
-        return str(self._call("POST", "/v1/jobs", body)["job_id"])
+        return jobs_api.submitted_id(self._call("POST", "/v1/jobs", body))
 
     def stage(self, inputs: Sequence[str], *, cwd: Path | None = None) -> StageResult:
         from pathlib import Path
@@ -206,7 +157,7 @@ class JobsClient:
     # ---- reading
 
     def show(self, job_id: str) -> JobInfo:
-        return JobInfo.from_json(self._call("GET", f"/v1/jobs/{_q(job_id)}"))
+        return jobs_api.job_info(self._call("GET", f"/v1/jobs/{_q(job_id)}"))
 
     def list_jobs(
         self, *, states: Sequence[str] = (), queue: str | None = None, history: bool = False
@@ -219,21 +170,19 @@ class JobsClient:
         if history:
             q["history"] = "1"
         path = "/v1/jobs" + ("?" + _query(q) if q else "")
-        return [JobInfo.from_json(j) for j in self._call("GET", path)["jobs"]]
+        return jobs_api.job_infos(self._call("GET", path))
 
     def queues(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/v1/queues")["queues"])
+        return jobs_api.queue_rows(self._call("GET", "/v1/queues"))
 
     def status(self) -> dict[str, Any]:
-        return dict(self._call("GET", "/v1/status"))
+        return jobs_api.status_fields(self._call("GET", "/v1/status"))
 
     def logs(
         self, job_id: str, *, follow: bool = False, tail: int | None = None, after: int = 0
     ) -> Iterator[LogLine]:
         """Log lines in order; with `follow`, keeps streaming until the job ends. A broken
         connection is resumed from the last line seen, so no line is lost or repeated."""
-        from rbs.model import LogLine, LogStream
-
         last = after
         while True:
             q = {"after": str(last)}
@@ -247,19 +196,11 @@ class JobsClient:
                 for raw in self.conn.stream_lines(path):
                     if not raw.strip():
                         continue
-                    d = json.loads(raw)
-                    if d.get("end"):
-                        # Read on to the body's end, so the kept-alive connection is reusable.
+                    line = jobs_api.log_line(json.loads(raw))
+                    if line is None:
+                        # The end marker: read on to the body's end, so the kept-alive
+                        # connection is reusable.
                         continue
-                    line = LogLine(
-                        seq=d["seq"],
-                        time=d["time"],
-                        stream=LogStream(d["stream"]),
-                        text=d["text"],
-                        task=d.get("task"),
-                        attempt=d.get("attempt", 1),
-                        rank=d.get("rank", 0),
-                    )
                     last = line.seq
                     yield line
                 return
@@ -276,17 +217,17 @@ class JobsClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = 30.0 if deadline is None else max(0.0, min(30.0, deadline - time.monotonic()))
-            info = JobInfo.from_json(
+            info = jobs_api.job_info(
                 self._call("GET", f"/v1/jobs/{_q(job_id)}/wait?timeout={left:.3f}")
             )
             if info.done or (deadline is not None and time.monotonic() >= deadline):
                 return info
 
     def cancel(self, job_ids: Sequence[str]) -> list[str]:
-        return list(self._call("POST", "/v1/jobs/cancel", {"ids": list(job_ids)})["cancelled"])
+        return jobs_api.cancelled_ids(self._call("POST", "/v1/jobs/cancel", {"ids": list(job_ids)}))
 
     def output_digests(self, job_id: str) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/v1/jobs/{_q(job_id)}/outputs")["outputs"])
+        return jobs_api.output_records(self._call("GET", f"/v1/jobs/{_q(job_id)}/outputs"))
 
     def outputs(self, job_id: str, dest: Path | str | None = None) -> Path:
         """Download the job's recorded outputs into `dest` (default ./job-ID-outputs/).

@@ -15,7 +15,8 @@ Routes (all JSON unless noted; errors are {"error": {"code", "message"}}):
     PUT  /v1/cas/blobs/{fn}/{hash}/{size}   one blob, streamed
     GET  /v1/cas/blobs/{fn}/{hash}/{size}   one blob, streamed
 
-Why HTTP and not gRPC: see docs/design/jobs.md (CLI start-up time).
+Why HTTP and not gRPC: see docs/design/jobs.md (CLI start-up time). Every JSON document
+here is built by rbs.wire.jobs_api, which also reads them for the client.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from rbs.model import Digest, DigestFunction, JobManifest, JobState
 from rbs.scheduler.events import TaskRef
 from rbs.scheduler.views import JobView
 from rbs.server.job_driver import JobDriver, JobRequestError
-from rbs.units import SpecError, format_cpu, format_duration, format_size
-from rbs.wire.manifest import apply_flags, manifest_from_dict, manifest_to_dict
+from rbs.units import SpecError
+from rbs.wire import jobs_api
+from rbs.wire.manifest import apply_flags, manifest_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -52,64 +54,7 @@ MAX_BODY = 64 << 20
 
 
 def _error(code: str, message: str) -> web.Response:
-    return web.json_response(
-        {"error": {"code": code, "message": message}}, status=_HTTP.get(code, 500)
-    )
-
-
-def job_json(v: JobView) -> dict[str, Any]:
-    m = v.manifest
-    return {
-        "job_id": str(v.job_id),
-        "name": v.name,
-        "queue": v.queue,
-        "state": v.state.value,
-        "reason": v.reason,
-        "priority": {
-            "base": v.priority.base,
-            "queue_weight": v.priority.queue_weight,
-            "age_bonus": v.priority.age_bonus,
-            "total": v.priority.total,
-        },
-        "manifest": manifest_to_dict(m),
-        "provenance": dict(v.provenance),
-        "resources": {
-            "cpu": format_cpu(m.resources.cpu_millis),
-            "memory": format_size(m.resources.memory_bytes),
-            "gpus": m.resources.gpus,
-        },
-        "time_limit": format_duration(v.time_limit) if v.time_limit else None,
-        "dependencies": [{"dep": d, "state": s.value} for d, s in v.dependencies],
-        "array": None
-        if v.array is None
-        else {
-            "spec": v.array.spec,
-            "total": v.array.total,
-            "pending": v.array.pending,
-            "running": v.array.running,
-            "finished": dict(v.array.finished),
-        },
-        "attempts": v.attempts,
-        "workers": list(v.workers),
-        "runs": [
-            {
-                "task": r.index,
-                "attempt": r.attempt,
-                "state": r.state.value,
-                "workers": [n.worker_id for n in r.nodes],
-                "gpus": [list(n.gpus) for n in r.nodes],
-            }
-            for r in v.runs
-        ],
-        "exit_code": v.exit_code,
-        "signal": v.signal,
-        "oom": v.oom,
-        "peak_memory_bytes": v.peak_memory_bytes,
-        "submit_time": v.submit_time,
-        "eligible_time": v.eligible_time,
-        "start_time": v.start_time,
-        "end_time": v.end_time,
-    }
+    return web.json_response(jobs_api.error_doc(code, message), status=_HTTP.get(code, 500))
 
 
 def _job_id(text: str) -> TaskRef:
@@ -211,7 +156,7 @@ class JobsApi:
                     "FAILED_PRECONDITION",
                 )
         job_id = await self.driver.submit(manifest, {str(k): str(v) for k, v in prov.items()})
-        return web.json_response({"job_id": str(job_id)})
+        return web.json_response(jobs_api.submitted_doc(job_id))
 
     @staticmethod
     def _from_flags(body: dict[str, Any]) -> tuple[JobManifest, dict[str, str]]:
@@ -235,7 +180,7 @@ class JobsApi:
                 )
         history = q.get("history") in ("1", "true")
         queue = q.get("queue")
-        out = []
+        out: list[JobView] = []
         for jid, state in self.driver.states():
             if states and state.value not in states:
                 continue
@@ -244,12 +189,12 @@ class JobsApi:
             v = self.driver.view(jid)
             if queue and v.queue != queue:
                 continue
-            out.append(job_json(v))
-        return web.json_response({"jobs": out})
+            out.append(v)
+        return web.json_response(jobs_api.jobs_doc(out))
 
     async def show(self, request: web.Request) -> web.Response:
         ref = _job_id(request.match_info["id"])
-        return web.json_response(job_json(self.driver.view(ref.job_id)))
+        return web.json_response(jobs_api.job_doc(self.driver.view(ref.job_id)))
 
     async def wait(self, request: web.Request) -> web.Response:
         ref = _job_id(request.match_info["id"])
@@ -260,7 +205,7 @@ class JobsApi:
             if left <= 0:
                 break
             await self.driver.logs.wait(ref.job_id, min(left, 1.0))
-        return web.json_response(job_json(self.driver.view(ref.job_id)))
+        return web.json_response(jobs_api.job_doc(self.driver.view(ref.job_id)))
 
     async def cancel(self, request: web.Request) -> web.Response:
         body = await self._json(request)
@@ -271,7 +216,7 @@ class JobsApi:
         for r in refs:
             self.driver.state_of(r.job_id)
         await self.driver.cancel(refs)
-        return web.json_response({"cancelled": [str(r) for r in refs]})
+        return web.json_response(jobs_api.cancelled_doc(refs))
 
     async def logs(self, request: web.Request) -> web.StreamResponse:
         ref = _job_id(request.match_info["id"])
@@ -289,33 +234,14 @@ class JobsApi:
             tail = None
             if lines:
                 after = lines[-1].seq
-                payload = "".join(
-                    json.dumps(
-                        {
-                            "seq": ln.seq,
-                            "time": ln.time,
-                            "stream": ln.stream.value,
-                            "text": ln.text,
-                            "task": ln.task,
-                            "attempt": ln.attempt,
-                            "rank": ln.rank,
-                        },
-                        ensure_ascii=False,
-                    )
-                    + "\n"
-                    for ln in lines
-                )
-                await resp.write(payload.encode())
+                await resp.write(jobs_api.log_lines_payload(lines))
                 continue
             # Workers send a run's lines before its end on the same ordered stream, so
             # once the job is terminal every line it wrote is stored: nothing is cut off.
             if not follow or self.driver.state_of(ref.job_id).terminal:
                 break
             await logs.wait(ref.job_id, 1.0)
-        await resp.write(
-            json.dumps({"end": True, "state": self.driver.state_of(ref.job_id).value}).encode()
-            + b"\n"
-        )
+        await resp.write(jobs_api.log_end_payload(self.driver.state_of(ref.job_id)))
         await resp.write_eof()
         return resp
 
@@ -325,31 +251,13 @@ class JobsApi:
         rows = self.driver.outputs.latest(ref.job_id)
         if ref.index is not None:
             rows = [r for r in rows if r["task"] == ref.index]
-        return web.json_response({"outputs": rows})
+        return web.json_response(jobs_api.outputs_doc(rows))
 
     async def queues(self, request: web.Request) -> web.Response:
-        out = [
-            {
-                "name": q.name,
-                "priority_weight": q.priority_weight,
-                "default_time_limit": format_duration(q.default_time_limit)
-                if q.default_time_limit
-                else None,
-                "max_time_limit": format_duration(q.max_time_limit) if q.max_time_limit else None,
-                "pending_jobs": q.pending_jobs,
-                "running_jobs": q.running_jobs,
-                "pending_tasks": q.pending_tasks,
-                "running_tasks": q.running_tasks,
-            }
-            for q in self.driver.sched.queues()
-        ]
-        return web.json_response({"queues": out})
+        return web.json_response(jobs_api.queues_doc(self.driver.sched.queues()))
 
     async def status(self, request: web.Request) -> web.Response:
-        from google.protobuf import json_format
-
-        st = self.driver.hub.status()
-        return web.json_response(json_format.MessageToDict(st, preserving_proto_field_name=True))
+        return web.json_response(jobs_api.status_doc(self.driver.hub.status()))
 
     # ---- CAS for staging inputs and fetching outputs
 

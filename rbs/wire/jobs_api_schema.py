@@ -1,0 +1,209 @@
+"""The jobs HTTP API's JSON documents as JSON Schema (draft 2020-12): one constant per document.
+
+`rbs.wire.jobs_api` builds (server) and reads (client) these documents; this module
+says what they are, key by key, so the shape is written down once and tests can hold
+every response to it. Nothing at run time needs it, so the client never imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rbs.model import JobState, LogStream
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+_STR: dict[str, Any] = {"type": "string"}
+_INT: dict[str, Any] = {"type": "integer"}
+_NUM: dict[str, Any] = {"type": "number"}
+_BOOL: dict[str, Any] = {"type": "boolean"}
+_STATE: dict[str, Any] = {"type": "string", "enum": [s.value for s in JobState]}
+
+
+def _obj(props: dict[str, Any], *, optional: bool = False) -> dict[str, Any]:
+    """An object with exactly these keys (all of them required unless `optional`)."""
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if not optional:
+        schema["required"] = sorted(props)
+    schema["additionalProperties"] = False
+    return schema
+
+
+def _null(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "type": [schema["type"], "null"]}
+
+
+def _list(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items}
+
+
+def _map(values: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": values}
+
+
+def _document(title: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {"$schema": DRAFT, "title": title, **body}
+
+
+_RESOURCES = _obj({"cpu": _STR, "memory": _STR, "gpus": _INT})
+# rbs.wire.manifest.manifest_to_dict: the canonical manifest, every field present.
+_MANIFEST = _obj(
+    {
+        "apiVersion": {"const": "rbs/v1"},
+        "name": _STR,
+        "command": _list(_STR),
+        "input_root": _null(_STR),
+        "resources": _RESOURCES,
+        "queue": _STR,
+        "priority": _INT,
+        "time_limit": _null(_INT),
+        "nodes": _INT,
+        "elastic": _BOOL,
+        "min_nodes": _null(_INT),
+        "max_nodes": _null(_INT),
+        "max_retries": _INT,
+        "requeue": _BOOL,
+        "checkpoint_dir": _null(_STR),
+        "env": _map(_STR),
+        "outputs": _list(_STR),
+        "array": _null(_STR),
+        "dependencies": _list(_STR),
+        "begin_time": _null(_NUM),
+    }
+)
+_JOB = _obj(
+    {
+        "job_id": _STR,
+        "name": _STR,
+        "queue": _STR,
+        "state": _STATE,
+        "reason": _null(_STR),
+        "priority": _obj({"base": _INT, "queue_weight": _INT, "age_bonus": _INT, "total": _INT}),
+        "manifest": _MANIFEST,
+        "provenance": _map(_STR),
+        "resources": _RESOURCES,
+        "time_limit": _null(_STR),
+        "dependencies": _list(_obj({"dep": _STR, "state": _STATE})),
+        "array": _null(
+            _obj(
+                {
+                    "spec": _STR,
+                    "total": _INT,
+                    "pending": _INT,
+                    "running": _INT,
+                    "finished": _map(_INT),
+                }
+            )
+        ),
+        "attempts": _INT,
+        "workers": _list(_STR),
+        "runs": _list(
+            _obj(
+                {
+                    "task": _null(_INT),
+                    "attempt": _INT,
+                    "state": _STATE,
+                    "workers": _list(_STR),
+                    "gpus": _list(_list(_STR)),
+                }
+            )
+        ),
+        "exit_code": _null(_INT),
+        "signal": _null(_INT),
+        "oom": _BOOL,
+        "peak_memory_bytes": _null(_INT),
+        "submit_time": _NUM,
+        "eligible_time": _null(_NUM),
+        "start_time": _null(_NUM),
+        "end_time": _null(_NUM),
+    }
+)
+_QUEUE = _obj(
+    {
+        "name": _STR,
+        "priority_weight": _INT,
+        "default_time_limit": _null(_STR),
+        "max_time_limit": _null(_STR),
+        "pending_jobs": _INT,
+        "running_jobs": _INT,
+        "pending_tasks": _INT,
+        "running_tasks": _INT,
+    }
+)
+# rbs.v1.ClusterStatus in protobuf's JSON mapping: fields at their zero value are left
+# out, int64 fields are strings, timestamps RFC 3339 strings.
+_WORKER = _obj(
+    {
+        "worker_id": _STR,
+        "name": _STR,
+        "hostname": _STR,
+        "address": _STR,
+        "cpus": _INT,
+        "memory_bytes": _STR,
+        "gpu_ids": _list(_STR),
+        "build_slots": _INT,
+        "build_slots_used": _INT,
+        "job_slots": _INT,
+        "job_slots_used": _INT,
+        "state": _STR,
+        "last_heartbeat": _STR,
+        "version": _STR,
+        "container_runtimes": _list(_STR),
+    },
+    optional=True,
+)
+
+SUBMITTED_SCHEMA = _document("POST /v1/jobs", _obj({"job_id": _STR}))
+JOB_SCHEMA = _document("GET /v1/jobs/{id}, GET /v1/jobs/{id}/wait", _JOB)
+JOBS_SCHEMA = _document("GET /v1/jobs", _obj({"jobs": _list(_JOB)}))
+LOG_LINE_SCHEMA = _document(
+    "GET /v1/jobs/{id}/logs: one NDJSON line per log line",
+    _obj(
+        {
+            "seq": _INT,
+            "time": _NUM,
+            "stream": {"type": "string", "enum": [s.value for s in LogStream]},
+            "text": _STR,
+            "task": _null(_INT),
+            "attempt": _INT,
+            "rank": _INT,
+        }
+    ),
+)
+LOG_END_SCHEMA = _document(
+    "GET /v1/jobs/{id}/logs: the last NDJSON line", _obj({"end": {"const": True}, "state": _STATE})
+)
+OUTPUTS_SCHEMA = _document(
+    "GET /v1/jobs/{id}/outputs",
+    _obj({"outputs": _list(_obj({"task": _null(_INT), "attempt": _INT, "digest": _STR}))}),
+)
+CANCELLED_SCHEMA = _document("POST /v1/jobs/cancel", _obj({"cancelled": _list(_STR)}))
+QUEUES_SCHEMA = _document("GET /v1/queues", _obj({"queues": _list(_QUEUE)}))
+STATUS_SCHEMA = _document(
+    "GET /v1/status",
+    _obj(
+        {
+            "workers": _list(_WORKER),
+            "queued_actions": _STR,
+            "running_actions": _STR,
+            "jobs_by_state": _obj(dict.fromkeys((s.value for s in JobState), _STR), optional=True),
+            "now": _STR,
+        },
+        optional=True,
+    ),
+)
+ERROR_SCHEMA = _document(
+    "any route's error (HTTP 4xx/5xx)", _obj({"error": _obj({"code": _STR, "message": _STR})})
+)
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "submitted": SUBMITTED_SCHEMA,
+    "job": JOB_SCHEMA,
+    "jobs": JOBS_SCHEMA,
+    "log_line": LOG_LINE_SCHEMA,
+    "log_end": LOG_END_SCHEMA,
+    "outputs": OUTPUTS_SCHEMA,
+    "cancelled": CANCELLED_SCHEMA,
+    "queues": QUEUES_SCHEMA,
+    "status": STATUS_SCHEMA,
+    "error": ERROR_SCHEMA,
+}

@@ -1,0 +1,40 @@
+"""The jobs API answers every route with exactly the JSON it answered before rbs.wire.jobs_api.
+
+A live in-process cluster walks the fixed scenario; each response, normalized (volatile
+values replaced by their type), must be byte-identical to the recorded one, and must
+satisfy its JSON Schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs_api_docs import canonical, documents, load_fixture
+from jobs_api_scenario import SCENARIO_JOBS, run_scenario
+from jobs_harness import JobCluster
+from json_schema_lite import errors
+
+
+def test_every_route_answers_the_recorded_json_and_its_schema(tmp_path: Path) -> None:
+    cluster = JobCluster(tmp_path / "server", jobs=SCENARIO_JOBS)
+    try:
+        live = run_scenario(cluster, tmp_path)
+    finally:
+        cluster.stop()
+    recorded = load_fixture()
+    assert sorted(live) == sorted(recorded)
+    changed = [key for key in recorded if canonical(live[key]) != canonical(recorded[key])]
+    assert not changed, "\n".join(
+        f"{key}:\n  recorded {canonical(recorded[key])}\n  live     {canonical(live[key])}"
+        for key in changed
+    )
+    problems = [
+        f"{key}: {e}"
+        for key, response in live.items()
+        for doc, schema in documents(key, response)
+        for e in errors(doc, schema)
+    ]
+    assert not problems, "\n".join(problems)
+    # The error documents come with their HTTP status; every other route answers 200.
+    for key, response in live.items():
+        assert (response["status"] >= 400) == key.startswith("error."), key
