@@ -29,7 +29,7 @@ from rbs.cli.job_submit import (
 from rbs.cli.job_submit import submit as submit_job
 
 if TYPE_CHECKING:
-    from rbs.client.jobs import JobInfo
+    from rbs.wire.jobs_api import JobInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
 
