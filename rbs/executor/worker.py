@@ -20,9 +20,7 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import socket
-import subprocess
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionExecutor, ActionOutcome
 from rbs.executor.cgroups import detect
 from rbs.executor.jobhost import JobHost, cgroup_scope
+from rbs.executor.machine import machine_resources
 from rbs.model import Digest, DigestFunction
 from rbs.wire.auth import auth_metadata
 from rbs.wire.reapi_client import (
@@ -56,48 +55,12 @@ from rbs.wire.workers import WORKERS_PROTOCOL
 
 log = logging.getLogger(__name__)
 
-_CONTAINER_RUNTIMES = ("podman", "docker")
 # How long a server may take to answer Register before the worker gives up.
 _REGISTER_TIMEOUT_S = 30.0
 
 
 class WorkerError(RuntimeError):
     """The worker cannot go on (server gone too long, refused token); the message says why."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MachineCapacity:
-    """This machine's cores, memory, GPU ids and runtimes: what a worker advertises by default."""
-
-    cpus: int
-    memory_bytes: int
-    gpu_ids: tuple[str, ...]
-    container_runtimes: tuple[str, ...] = ()
-
-
-def machine_resources() -> MachineCapacity:
-    """This machine's cores, memory and GPUs (via nvidia-smi when it is installed)."""
-    cpus = len(os.sched_getaffinity(0)) or os.cpu_count() or 1
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    gpus: tuple[str, ...] = ()
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run(
-                [smi, "--query-gpu=index", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=True,
-            ).stdout
-            gpus = tuple(line.strip() for line in out.splitlines() if line.strip())
-        except (OSError, subprocess.SubprocessError) as e:
-            log.warning("nvidia-smi is installed but failed (%s); advertising no GPUs", e)
-    # Runtimes for jobs that name an image; present means installed, not yet proven usable.
-    runtimes = tuple(r for r in _CONTAINER_RUNTIMES if shutil.which(r))
-    return MachineCapacity(
-        cpus=cpus, memory_bytes=memory, gpu_ids=gpus, container_runtimes=runtimes
-    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,8 @@ import click
 import pytest
 
 from rbs.cli.worker import _parse_gpus
-from rbs.executor.worker import WorkerConfig, machine_resources, worker_id_for
+from rbs.executor.machine import machine_resources
+from rbs.executor.worker import WorkerConfig, worker_id_for
 from rbs.server.workers_service import _info_from_json
 
 
