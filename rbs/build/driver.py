@@ -10,7 +10,7 @@ from pathlib import Path
 from rbs.build.engine import (
     OUT_BIN,
     Backend,
-    Executor,
+    Engine,
     Listener,
     Report,
     needed_actions,
@@ -157,7 +157,7 @@ def run_build(
         from rbs.build.backend import local_backend
 
         factory = local_backend
-    executor = Executor(
+    engine = Engine(
         root,
         state,
         lambda: factory(root),
@@ -166,7 +166,7 @@ def run_build(
         listener=options.listener,
         test_timeout=options.test_timeout,
     )
-    report = executor.run(graph, indices)
+    report = engine.run(graph, indices)
     report.hashed = state.stats.hashed
     result = BuildResult(
         labels=labels, graph=graph, report=report, analysis_cached=cached, root=root

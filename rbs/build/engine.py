@@ -86,7 +86,7 @@ def needed_actions(
     return sorted(seen)
 
 
-class Executor:
+class Engine:
     """Executes part of an action graph; one instance per build."""
 
     def __init__(
