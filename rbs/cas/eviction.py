@@ -95,7 +95,7 @@ class GcResult:
 
 
 @dataclass(slots=True)
-class _Entry:
+class _BlobEntry:
     function: DigestFunction
     name: str
     size: int
@@ -104,10 +104,10 @@ class _Entry:
     has_blob: bool
 
 
-def _scan(store: EvictableStore) -> list[_Entry]:
+def _scan(store: EvictableStore) -> list[_BlobEntry]:
     """Every digest with a file under blobs/ or exec/ (an orphaned executable twin
     has no blob: `has_blob` is False)."""
-    entries: dict[tuple[DigestFunction, str], _Entry] = {}
+    entries: dict[tuple[DigestFunction, str], _BlobEntry] = {}
     for base in (store.blob_dir, store.exec_dir):
         is_blob = base == store.blob_dir
         for fn in DigestFunction:
@@ -125,7 +125,7 @@ def _scan(store: EvictableStore) -> list[_Entry]:
                             continue
                         e = entries.get((fn, f.name))
                         if e is None:
-                            entries[(fn, f.name)] = _Entry(
+                            entries[(fn, f.name)] = _BlobEntry(
                                 fn, f.name, st.st_size, st.st_mtime, [f.path], is_blob
                             )
                         else:
@@ -207,11 +207,11 @@ def collect(store: EvictableStore, target: int | None, now: float | None = None)
     )
 
 
-def _lru(e: _Entry) -> float:
+def _lru(e: _BlobEntry) -> float:
     return e.last_use
 
 
-def _evict(store: EvictableStore, e: _Entry, lease_from: float | None) -> bool:
+def _evict(store: EvictableStore, e: _BlobEntry, lease_from: float | None) -> bool:
     """Remove one digest's files unless it was used since the scan (see the module
     docstring). Returns whether it was removed."""
     hidden = []

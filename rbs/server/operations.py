@@ -167,7 +167,7 @@ class OperationStore:
         return [(r[0], r[1], r[2]) for r in rows]
 
 
-class _Entry:
+class _WatchedOperation:
     __slots__ = ("changed", "op")
 
     def __init__(self, op: Operation) -> None:
@@ -180,7 +180,7 @@ class OperationRegistry:
 
     def __init__(self, store: OperationStore) -> None:
         self._store = store
-        self._ops: dict[str, _Entry] = {}
+        self._ops: dict[str, _WatchedOperation] = {}
         # (instance, action digest) -> name: identical actions share one execution.
         self._inflight: dict[tuple[str, Digest], str] = {}
 
@@ -192,7 +192,7 @@ class OperationRegistry:
         """Load persisted operations; returns those still in flight (to be re-queued)."""
         pending = []
         for op in ops:
-            self._ops[op.name] = _Entry(op)
+            self._ops[op.name] = _WatchedOperation(op)
             if not op.done:
                 self._inflight[op.instance, op.action_digest] = op.name
                 pending.append(op)
@@ -239,7 +239,7 @@ class OperationRegistry:
         if not persist and op.done:
             return op
         self._store.save(op)
-        self._ops[op.name] = _Entry(op)
+        self._ops[op.name] = _WatchedOperation(op)
         if not op.done:
             self._inflight[instance, action_digest] = op.name
         return op
