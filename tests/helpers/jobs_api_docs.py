@@ -16,6 +16,8 @@ from typing import Any
 from rbs.wire.jobs_api_schema import SCHEMAS
 
 FIXTURE = Path(__file__).with_name("jobs_api_responses.json")
+# What rbs.client.jobs sent, as the server received it (jobs_api_scenario.run_client_scenario).
+REQUESTS_FIXTURE = Path(__file__).with_name("jobs_api_requests.json")
 
 # Keys whose values differ from run to run (or host to host); their JSON type must match.
 VOLATILE = frozenset(
@@ -70,6 +72,11 @@ def canonical(doc: Doc) -> str:
 
 def load_fixture() -> dict[str, Doc]:
     data: dict[str, Doc] = json.loads(FIXTURE.read_text())
+    return data
+
+
+def load_requests() -> list[Doc]:
+    data: list[Doc] = json.loads(REQUESTS_FIXTURE.read_text())
     return data
 
 

@@ -1,29 +1,43 @@
-"""A fixed walk through every jobs API route, recording each JSON response as the server sent it.
+"""Fixed walks through the jobs API: every route's JSON response, and every request the client sends.
 
-The walk talks raw HTTP (http.client), not `rbs.client.jobs`, so that what it records is
-the server's own bytes, parsed as JSON and nothing else. Its record, taken once from the
-server before the JSON code moved to rbs.wire.jobs_api, is
-tests/helpers/jobs_api_responses.json. Rewrite it only when the API is meant to change:
-`PYTHONPATH=tests/helpers .venv/bin/python tests/integration/server/jobs/jobs_api_scenario.py`.
+`run_scenario` talks raw HTTP (http.client), not `rbs.client.jobs`, so that what it
+records is the server's own bytes, parsed as JSON and nothing else. Its record, taken
+once from the server before the JSON code moved to rbs.wire.jobs_api, is
+tests/helpers/jobs_api_responses.json.
+
+`run_client_scenario` is the other direction: `rbs.client.jobs.JobsClient` calls every
+route, and the server records each request as it arrived (method, path and query as
+sent, body bytes). Its record, taken before the request documents moved to rbs.wire, is
+tests/helpers/jobs_api_requests.json.
+
+Rewrite a record only when the API is meant to change:
+`PYTHONPATH=tests/helpers .venv/bin/python tests/integration/server/jobs/jobs_api_scenario.py
+[responses|requests]`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from jobs_api_docs import Doc
+from aiohttp import web
+from jobs_api_docs import REQUESTS_FIXTURE, Doc
 from jobs_harness import JobCluster
 
+import rbs.server.cluster
 from rbs.client.http import HttpConnection
+from rbs.client.jobs import JobsClient
 from rbs.client.staging import stage_inputs
+from rbs.model import JobManifest, Resources
 from rbs.scheduler.config import QueueConfig, SchedulerConfig
+from rbs.server.jobs_http import JobsApi
 
 # A grid step far longer than any test: the age bonus cannot tick during the walk.
 SCENARIO_JOBS = SchedulerConfig(
@@ -216,14 +230,128 @@ def run_scenario(cluster: JobCluster, tmp: Path) -> dict[str, Doc]:
     return out
 
 
-if __name__ == "__main__":
+@contextlib.contextmanager
+def recorded_requests() -> Iterator[list[Doc]]:
+    """While active, a cluster started by JobCluster records every jobs API request it
+    receives, in order: method, path with the query as sent, and a POST's body text (a
+    PUT's body is streamed to the store, so only its length is kept)."""
+    seen: list[Doc] = []
+
+    @web.middleware
+    async def record(
+        request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        entry: Doc = {"method": request.method, "path": request.raw_path}
+        if request.method == "POST":
+            entry["body"] = (await request.read()).decode("utf-8", "backslashreplace")
+        elif request.can_read_body:
+            entry["length"] = request.content_length
+        seen.append(entry)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    real_start = rbs.server.cluster.start_http
+
+    async def start_http(api: JobsApi, host: str, port: int) -> web.AppRunner:
+        make_app = api.app
+
+        def app() -> web.Application:
+            application = make_app()
+            application.middlewares.append(record)
+            return application
+
+        setattr(api, "app", app)  # noqa: B010 (shadows the method on this instance only)
+        return await real_start(api, host, port)
+
+    rbs.server.cluster.start_http = start_http  # type: ignore[assignment]
+    try:
+        yield seen
+    finally:
+        rbs.server.cluster.start_http = real_start  # type: ignore[assignment]
+
+
+def run_client_scenario(cluster: JobCluster, tmp: Path, seen: list[Doc]) -> list[Doc]:
+    """Call every jobs API route through JobsClient; the requests the server received."""
+    work = tmp / "w1"
+    work.mkdir(parents=True)
+    (work / "worker-id").write_text("w1\n")
+    cluster.add_worker(work, name="w1", job_slots=4, cpus=4, memory_gb=4)
+    del seen[:]  # only the client's requests count
+    client = JobsClient(cluster.address, token=None, announce=False)
+    inputs = tmp / "inputs"
+    (inputs / "sub").mkdir(parents=True)
+    (inputs / "data.txt").write_text("some input\n")
+    (inputs / "sub" / "more.txt").write_text("more input\n")
+    try:
+        plain = client.submit(
+            ["sh", "-c", "mkdir -p out; echo one > out/a.txt; echo one"],
+            name="plain",
+            cpus="0.5",
+            memory_gb="0.25",
+            time="10m",
+            priority=2,
+            env=["A=1", "B=two words"],
+            outputs=["out/"],
+            no_requeue=True,
+            max_retries=1,
+        )
+        staged = client.submit(
+            ["cat", "data.txt", "sub/more.txt"], inputs=["data.txt", "sub"], cwd=inputs
+        )
+        base = JobManifest(
+            name="base",
+            command=("sh", "-c", "echo base"),
+            resources=Resources(cpu_millis=250, memory_bytes=64 << 20),
+            env=(("FOO", "bar"),),
+        )
+        layered = client.submit(
+            None, manifest=base, provenance={"*": "target //pkg:base"}, time="5m", queue="gpu"
+        )
+        direct = client.submit_manifest(base, {"name": "target //pkg:base"})
+        arr = client.submit(
+            ["sh", "-c", "echo task $RBS_TASK_ID"], array="0-1", deps=f"afterok:{plain}"
+        )
+        sleeper = client.submit(["sleep", "600"], name="sleeper")
+        for job in (plain, staged, layered, direct, arr):
+            client.wait(job)
+        client.show(plain)
+        client.show(f"{arr}_1")
+        client.show(f" {plain}")  # a path component that needs quoting
+        client.list_jobs()
+        client.list_jobs(states=["COMPLETED", "failed"], queue="batch", history=True)
+        client.list_jobs(queue="a b&c=d", history=True)
+        list(client.logs(plain))
+        list(client.logs(plain, tail=1))
+        list(client.logs(arr, follow=True))
+        list(client.logs(f"{arr}_1", after=1))
+        client.cancel([sleeper])
+        client.wait(sleeper)
+        client.output_digests(plain)
+        client.outputs(plain, tmp / "fetched")
+        client.queues()
+        client.status()
+    finally:
+        client.close()
+    return list(seen)
+
+
+def _record(kind: str) -> None:
     from jobs_api_docs import FIXTURE
 
     with tempfile.TemporaryDirectory() as tmp:
-        cluster = JobCluster(Path(tmp) / "server", jobs=SCENARIO_JOBS)
+        with recorded_requests() as seen:
+            cluster = JobCluster(Path(tmp) / "server", jobs=SCENARIO_JOBS)
         try:
-            record = run_scenario(cluster, Path(tmp))
+            record: Any
+            if kind == "requests":
+                record, target = run_client_scenario(cluster, Path(tmp), seen), REQUESTS_FIXTURE
+            else:
+                record, target = run_scenario(cluster, Path(tmp)), FIXTURE
         finally:
             cluster.stop()
-    FIXTURE.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {len(record)} responses to {FIXTURE}", file=sys.stderr)
+    target.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {len(record)} {kind} to {target}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    _record(sys.argv[1] if len(sys.argv) > 1 else "responses")
