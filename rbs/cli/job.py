@@ -252,7 +252,7 @@ def logs(
     """A job's numbered log lines (-f follows live)."""
 
     def run() -> int:
-        from rbs.client.jobs import log_line_json
+        from rbs.wire.jobs_api import log_line_json
 
         with client_for(server, token_file) as client:
             for line in client.logs(job_id, follow=follow, tail=tail):

@@ -10,10 +10,11 @@ from rbs.cas.memory import MemoryStore
 from rbs.cas.tree import materialize, read_directory
 from rbs.client.http import HttpConnection
 from rbs.model import Digest
+from rbs.wire.jobs_api_requests import blob_path
 
 
 def _get(conn: HttpConnection, d: Digest) -> bytes:
-    return conn.request("GET", f"/v1/cas/blobs/{d.function.value}/{d.hash}/{d.size}").body
+    return conn.request("GET", blob_path(d)).body
 
 
 def fetch_tree(conn: HttpConnection, root: Digest, dest: Path) -> None:

@@ -12,9 +12,10 @@ The CLI is a thin layer over this class. Every call is one HTTP request on a kep
 connection. A plain submit sends the flags as given and the server layers them into
 the job's manifest (rbs.wire.manifest.apply_flags), so this module imports nothing
 but the standard library on that path: `rbs job submit` starts in a few milliseconds.
-The API's JSON documents are read by rbs.wire.jobs_api, which holds to the same rule
-(JobInfo, defined there, is a slotted class rather than a dataclass; job states and log
-lines come from rbs.model only where a call needs them).
+The API's requests are built by rbs.wire.jobs_api_requests and its answers read by
+rbs.wire.jobs_api, which hold to the same rule (JobInfo, defined there, is a slotted
+class rather than a dataclass; job states and log lines come from rbs.model only where
+a call needs them).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from rbs.client.errors import JobError
 from rbs.client.http import HttpConnection, HttpError
 from rbs.wire import jobs_api
+from rbs.wire import jobs_api_requests as req
 from rbs.wire.jobs_api import JobInfo as JobInfo  # re-exported: the client's API
 
 # Not imported from typing, which costs `rbs job submit` start-up for nothing at run
@@ -38,20 +40,6 @@ if TYPE_CHECKING:
 
     from rbs.client.staging import StageResult
     from rbs.model import JobManifest, LogLine
-
-
-def log_line_json(line: LogLine) -> str:
-    """A line as `rbs job logs --json` prints it (`task` only for an array job)."""
-    d: dict[str, Any] = {
-        "seq": line.seq,
-        "time": line.time,
-        "stream": line.stream.value,
-        "text": line.text,
-    }
-    if line.task is not None:
-        d["task"] = line.task
-    d["attempt"] = line.attempt
-    return json.dumps(d, ensure_ascii=False)
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -129,20 +117,14 @@ class JobsClient:
             m, prov = apply_flags(manifest, provenance, cli_flags, command=command, input_root=root)
             return self.submit_manifest(m, prov)
         # The server layers the flags (apply_flags) and answers a bad value naming its flag.
-        body = {
-            "command": list(command or ()),
-            "flags": cli_flags,
-            "input_root": None if root is None else str(root),
-        }
-        return jobs_api.submitted_id(self._call("POST", "/v1/jobs", body))
+        body = req.submit_flags_body(command, cli_flags, root)
+        return jobs_api.submitted_id(self._call("POST", req.JOBS_PATH, body))
 
     def submit_manifest(
         self, manifest: JobManifest, provenance: Mapping[str, str] | None = None
     ) -> str:
-        from rbs.wire.manifest import manifest_to_dict
-
-        body = {"manifest": manifest_to_dict(manifest), "provenance": dict(provenance or {})}
-        return jobs_api.submitted_id(self._call("POST", "/v1/jobs", body))
+        body = req.submit_manifest_body(manifest, provenance)
+        return jobs_api.submitted_id(self._call("POST", req.JOBS_PATH, body))
 
     def stage(self, inputs: Sequence[str], *, cwd: Path | None = None) -> StageResult:
         from pathlib import Path
@@ -157,26 +139,19 @@ class JobsClient:
     # ---- reading
 
     def show(self, job_id: str) -> JobInfo:
-        return jobs_api.job_info(self._call("GET", f"/v1/jobs/{_q(job_id)}"))
+        return jobs_api.job_info(self._call("GET", req.job_path(job_id)))
 
     def list_jobs(
         self, *, states: Sequence[str] = (), queue: str | None = None, history: bool = False
     ) -> list[JobInfo]:
-        q: dict[str, str] = {}
-        if states:
-            q["state"] = ",".join(states)
-        if queue:
-            q["queue"] = queue
-        if history:
-            q["history"] = "1"
-        path = "/v1/jobs" + ("?" + _query(q) if q else "")
+        path = req.jobs_path(states, queue, history)
         return jobs_api.job_infos(self._call("GET", path))
 
     def queues(self) -> list[dict[str, Any]]:
-        return jobs_api.queue_rows(self._call("GET", "/v1/queues"))
+        return jobs_api.queue_rows(self._call("GET", req.QUEUES_PATH))
 
     def status(self) -> dict[str, Any]:
-        return jobs_api.status_fields(self._call("GET", "/v1/status"))
+        return jobs_api.status_fields(self._call("GET", req.STATUS_PATH))
 
     def logs(
         self, job_id: str, *, follow: bool = False, tail: int | None = None, after: int = 0
@@ -185,13 +160,8 @@ class JobsClient:
         connection is resumed from the last line seen, so no line is lost or repeated."""
         last = after
         while True:
-            q = {"after": str(last)}
-            if follow:
-                q["follow"] = "1"
-            if tail is not None:
-                q["tail"] = str(tail)
-                tail = None
-            path = f"/v1/jobs/{_q(job_id)}/logs?" + _query(q)
+            path = req.logs_path(job_id, after=last, follow=follow, tail=tail)
+            tail = None
             try:
                 for raw in self.conn.stream_lines(path):
                     if not raw.strip():
@@ -217,17 +187,15 @@ class JobsClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = 30.0 if deadline is None else max(0.0, min(30.0, deadline - time.monotonic()))
-            info = jobs_api.job_info(
-                self._call("GET", f"/v1/jobs/{_q(job_id)}/wait?timeout={left:.3f}")
-            )
+            info = jobs_api.job_info(self._call("GET", req.wait_path(job_id, left)))
             if info.done or (deadline is not None and time.monotonic() >= deadline):
                 return info
 
     def cancel(self, job_ids: Sequence[str]) -> list[str]:
-        return jobs_api.cancelled_ids(self._call("POST", "/v1/jobs/cancel", {"ids": list(job_ids)}))
+        return jobs_api.cancelled_ids(self._call("POST", req.CANCEL_PATH, req.cancel_body(job_ids)))
 
     def output_digests(self, job_id: str) -> list[dict[str, Any]]:
-        return jobs_api.output_records(self._call("GET", f"/v1/jobs/{_q(job_id)}/outputs"))
+        return jobs_api.output_records(self._call("GET", req.outputs_path(job_id)))
 
     def outputs(self, job_id: str, dest: Path | str | None = None) -> Path:
         """Download the job's recorded outputs into `dest` (default ./job-ID-outputs/).
@@ -248,15 +216,3 @@ class JobsClient:
             target = dest / f"task-{rec['task']}" if many and rec.get("task") is not None else dest
             fetch_tree(self.conn, Digest.parse(rec["digest"]), target)
         return dest
-
-
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~")
-
-
-def _q(text: str) -> str:
-    """Percent-encode one URL component (urllib.parse costs ~4 ms to import)."""
-    return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
-
-
-def _query(q: Mapping[str, str]) -> str:
-    return "&".join(f"{_q(k)}={_q(v)}" for k, v in q.items())

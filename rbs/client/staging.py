@@ -22,6 +22,7 @@ from rbs.cas.store import hash_file
 from rbs.cas.tree import TreeEntry, build_tree, read_directory
 from rbs.client.http import HttpConnection
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
+from rbs.wire import jobs_api_requests as req
 
 BATCH_BYTES = 4 << 20
 SMALL_BLOB = 1 << 20
@@ -157,7 +158,7 @@ def find_missing(conn: HttpConnection, digests: Iterable[Digest]) -> list[Digest
     if not wanted:
         return []
     by_text = {str(d): d for d in wanted}
-    resp = conn.request("POST", "/v1/cas/missing", json_body={"digests": list(by_text)})
+    resp = conn.request("POST", req.MISSING_PATH, json_body=req.missing_body(by_text.values()))
     return [by_text[t] for t in resp.json()["missing"]]
 
 
@@ -170,16 +171,12 @@ def upload(conn: HttpConnection, blobs: dict[Digest, bytes | Path]) -> int:
     def flush() -> None:
         nonlocal batch, batch_size
         if batch:
-            header = ",".join(f'"{d}"' for d, _ in batch)
-            body = b"".join([f"[{header}]\n".encode(), *(data for _, data in batch)])
-            conn.request("POST", "/v1/cas/batch", data=body)
+            conn.request("POST", req.BATCH_PATH, data=req.batch_body(batch))
             batch, batch_size = [], 0
 
     for d, src in blobs.items():
         if d.size > SMALL_BLOB and isinstance(src, Path):
-            conn.upload_file(
-                f"/v1/cas/blobs/{d.function.value}/{d.hash}/{d.size}", str(src), d.size
-            )
+            conn.upload_file(req.blob_path(d), str(src), d.size)
         else:
             data = src if isinstance(src, bytes) else src.read_bytes()
             if len(data) != d.size:

@@ -2,7 +2,8 @@
 
 Routes (all JSON unless noted; errors are {"error": {"code", "message"}}):
 
-    POST /v1/jobs                       {"manifest", "provenance"} -> {"job_id"}
+    POST /v1/jobs                       {"command", "flags", "input_root"} -> {"job_id"}
+                                        or {"manifest", "provenance"}      -> {"job_id"}
     GET  /v1/jobs?state=&queue=&history=1                          -> {"jobs": [...]}
     GET  /v1/jobs/{id}                                             -> job
     GET  /v1/jobs/{id}/wait?timeout=S   long poll until the job ends -> job
@@ -15,8 +16,10 @@ Routes (all JSON unless noted; errors are {"error": {"code", "message"}}):
     PUT  /v1/cas/blobs/{fn}/{hash}/{size}   one blob, streamed
     GET  /v1/cas/blobs/{fn}/{hash}/{size}   one blob, streamed
 
-Why HTTP and not gRPC: see docs/design/jobs.md (CLI start-up time). Every JSON document
-here is built by rbs.wire.jobs_api, which also reads them for the client.
+Why HTTP and not gRPC: see docs/design/jobs.md (CLI start-up time). Every job document
+here is built by rbs.wire.jobs_api, which also reads them for the client; every request
+body, path parameter and query is read by rbs.wire.jobs_api_requests, which also builds
+them for the client; errors map to statuses in rbs.wire.errors (`http_error`).
 """
 
 from __future__ import annotations
@@ -31,44 +34,31 @@ from typing import Any
 
 from aiohttp import web
 
-from rbs.cas.errors import BlobNotFound, CasError, DigestMismatch
 from rbs.cas.store import BlobStore
-from rbs.model import Digest, DigestFunction, JobManifest, JobState
 from rbs.scheduler.events import TaskRef
 from rbs.scheduler.views import JobView
 from rbs.server.job_driver import JobDriver, JobRequestError
-from rbs.units import SpecError
 from rbs.wire import jobs_api
-from rbs.wire.manifest import apply_flags, manifest_from_dict
+from rbs.wire import jobs_api_requests as req
+from rbs.wire.errors import (
+    FailedPrecondition,
+    InvalidRequest,
+    Unauthenticated,
+    http_error,
+    register_http_error,
+)
 
 log = logging.getLogger(__name__)
 
-_HTTP = {
-    "INVALID_ARGUMENT": 400,
-    "UNAUTHENTICATED": 401,
-    "NOT_FOUND": 404,
-    "FAILED_PRECONDITION": 412,
-    "INTERNAL": 500,
-}
 MAX_BODY = 64 << 20
 
-
-def _error(code: str, message: str) -> web.Response:
-    return web.json_response(jobs_api.error_doc(code, message), status=_HTTP.get(code, 500))
-
-
-def _job_id(text: str) -> TaskRef:
-    try:
-        return TaskRef.parse(text)
-    except SpecError as e:
-        raise JobRequestError(str(e)) from None
+# The job driver's refusals name their own code (INVALID_ARGUMENT, NOT_FOUND, INTERNAL).
+register_http_error(JobRequestError)
 
 
-def _digest(fn: str, h: str, size: str) -> Digest:
-    try:
-        return Digest(function=DigestFunction.parse(fn), hash=h, size=int(size))
-    except ValueError as e:
-        raise JobRequestError(str(e)) from None
+def _task(text: str) -> TaskRef:
+    job_id, index = req.job_ref(text)
+    return TaskRef(job_id=job_id, index=index)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -100,86 +90,55 @@ class JobsApi:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.token is not None:
-            got = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
-                log.warning(
-                    "refused %s %s from %s: missing or wrong token",
-                    request.method,
-                    request.path,
-                    request.remote,
-                )
-                return _error(
-                    "UNAUTHENTICATED",
-                    "missing or wrong token: set RBS_REMOTE_TOKEN "
-                    "(or --token-file) to the cluster's token",
-                )
         try:
+            self._authorize(request)
             return await handler(request)
-        except JobRequestError as e:
-            return _error(e.code, str(e))
-        except (SpecError, ValueError) as e:
-            return _error("INVALID_ARGUMENT", str(e))
-        except BlobNotFound as e:
-            return _error("NOT_FOUND", str(e))
-        except CasError as e:
-            return _error("INVALID_ARGUMENT", str(e))
+        except Exception as e:
+            answer = _error(e)
+            if answer is None:
+                raise  # not a domain error: aiohttp answers 500 and logs it
+            return answer
+
+    def _authorize(self, request: web.Request) -> None:
+        if self.token is None:
+            return
+        got = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
+            log.warning(
+                "refused %s %s from %s: missing or wrong token",
+                request.method,
+                request.path,
+                request.remote,
+            )
+            raise Unauthenticated(
+                "missing or wrong token: set RBS_REMOTE_TOKEN "
+                "(or --token-file) to the cluster's token"
+            )
 
     async def _json(self, request: web.Request) -> Any:
         try:
             return await request.json()
         except json.JSONDecodeError as e:
-            raise JobRequestError(f"request body is not JSON: {e}") from None
+            raise InvalidRequest(f"request body is not JSON: {e}") from None
 
     # ---- jobs
 
     async def submit(self, request: web.Request) -> web.Response:
-        body = await self._json(request)
-        if not isinstance(body, dict) or not ("manifest" in body or "flags" in body):
-            raise JobRequestError(
-                'want {"manifest": {...}, "provenance": {...}} or '
-                '{"command": [...], "flags": {"--time": "1h", ...}, "input_root": null}'
-            )
-        if "manifest" in body:
-            manifest = manifest_from_dict(body["manifest"])
-            prov = body.get("provenance") or {}
-            if not isinstance(prov, dict):
-                raise JobRequestError("provenance must be an object of field -> source")
-        else:
-            manifest, prov = self._from_flags(body)
+        # A flags body is layered into a manifest here (rbs.wire.manifest.apply_flags), so
+        # the CLI imports none of that code (start-up time); errors name the flag.
+        manifest, prov = req.submit_request(await self._json(request))
         if manifest.input_root is not None:
             missing = self.store.find_missing([manifest.input_root])
             if missing:
-                raise JobRequestError(
+                raise FailedPrecondition(
                     f"the input tree {manifest.input_root} is not in the "
-                    "cluster's CAS; upload it first",
-                    "FAILED_PRECONDITION",
+                    "cluster's CAS; upload it first"
                 )
-        job_id = await self.driver.submit(manifest, {str(k): str(v) for k, v in prov.items()})
+        job_id = await self.driver.submit(manifest, prov)
         return web.json_response(jobs_api.submitted_doc(job_id))
 
-    @staticmethod
-    def _from_flags(body: dict[str, Any]) -> tuple[JobManifest, dict[str, str]]:
-        """`rbs job submit` flags as the user typed them, layered into a manifest here, so
-        the CLI imports none of this (start-up time); errors name the flag."""
-        command, flags, root = body.get("command"), body.get("flags"), body.get("input_root")
-        if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
-            raise JobRequestError("command must be a list of strings")
-        if not isinstance(flags, dict):
-            raise JobRequestError("flags must be an object of flag -> value")
-        input_root = Digest.parse(root) if isinstance(root, str) else None
-        return apply_flags(None, None, flags, command=command or None, input_root=input_root)
-
     async def list_jobs(self, request: web.Request) -> web.Response:
-        q = request.query
-        states = {s.strip().upper() for s in q.get("state", "").split(",") if s.strip()}
-        for s in states:
-            if s not in JobState.__members__:
-                raise JobRequestError(
-                    f"--state {s}: unknown state; states: {', '.join(JobState.__members__)}"
-                )
-        history = q.get("history") in ("1", "true")
-        queue = q.get("queue")
+        states, queue, history = req.list_query(request.query)
         out: list[JobView] = []
         for jid, state in self.driver.states():
             if states and state.value not in states:
@@ -193,12 +152,12 @@ class JobsApi:
         return web.json_response(jobs_api.jobs_doc(out))
 
     async def show(self, request: web.Request) -> web.Response:
-        ref = _job_id(request.match_info["id"])
+        ref = _task(request.match_info["id"])
         return web.json_response(jobs_api.job_doc(self.driver.view(ref.job_id)))
 
     async def wait(self, request: web.Request) -> web.Response:
-        ref = _job_id(request.match_info["id"])
-        timeout = min(float(request.query.get("timeout", "30")), 300.0)
+        ref = _task(request.match_info["id"])
+        timeout = req.wait_timeout(request.query)
         deadline = time.monotonic() + timeout
         while not self.driver.state_of(ref.job_id).terminal:
             left = deadline - time.monotonic()
@@ -208,23 +167,17 @@ class JobsApi:
         return web.json_response(jobs_api.job_doc(self.driver.view(ref.job_id)))
 
     async def cancel(self, request: web.Request) -> web.Response:
-        body = await self._json(request)
-        ids = body.get("ids") if isinstance(body, dict) else None
-        if not isinstance(ids, list) or not ids:
-            raise JobRequestError('want {"ids": ["ID", "ID_INDEX", ...]}')
-        refs = [_job_id(str(i)) for i in ids]
+        pairs = req.cancel_request(await self._json(request))
+        refs = [TaskRef(job_id=job_id, index=index) for job_id, index in pairs]
         for r in refs:
             self.driver.state_of(r.job_id)
         await self.driver.cancel(refs)
         return web.json_response(jobs_api.cancelled_doc(refs))
 
     async def logs(self, request: web.Request) -> web.StreamResponse:
-        ref = _job_id(request.match_info["id"])
+        ref = _task(request.match_info["id"])
         self.driver.state_of(ref.job_id)
-        q = request.query
-        after = int(q.get("after", "0"))
-        tail = int(q["tail"]) if "tail" in q else None
-        follow = q.get("follow") in ("1", "true")
+        after, tail, follow = req.logs_query(request.query)
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -246,7 +199,7 @@ class JobsApi:
         return resp
 
     async def outputs(self, request: web.Request) -> web.Response:
-        ref = _job_id(request.match_info["id"])
+        ref = _task(request.match_info["id"])
         self.driver.state_of(ref.job_id)
         rows = self.driver.outputs.latest(ref.job_id)
         if ref.index is not None:
@@ -262,41 +215,23 @@ class JobsApi:
     # ---- CAS for staging inputs and fetching outputs
 
     async def cas_missing(self, request: web.Request) -> web.Response:
-        body = await self._json(request)
-        texts = body.get("digests") if isinstance(body, dict) else None
-        if not isinstance(texts, list):
-            raise JobRequestError('want {"digests": ["blake3:HASH/SIZE", ...]}')
-        digests = [Digest.parse(str(t)) for t in texts]
+        digests = req.missing_request(await self._json(request))
         missing = await asyncio.to_thread(self.store.find_missing, digests)
         return web.json_response({"missing": [str(d) for d in missing]})
 
     async def cas_batch(self, request: web.Request) -> web.Response:
-        data = await request.read()
-        head, sep, rest = data.partition(b"\n")
-        if not sep:
-            raise JobRequestError("batch body: want a JSON list of digests, a newline, the bytes")
-        digests = [Digest.parse(str(t)) for t in json.loads(head)]
-        if sum(d.size for d in digests) != len(rest):
-            raise JobRequestError(
-                f"batch body holds {len(rest)} bytes, the digests name "
-                f"{sum(d.size for d in digests)}"
-            )
+        blobs = req.batch_request(await request.read())
 
         def put_all() -> None:
-            off = 0
-            for d in digests:
-                self.store.put(rest[off : off + d.size], expected=d)
-                off += d.size
+            for d, data in blobs:
+                self.store.put(data, expected=d)  # DigestMismatch: the request's fault, 400
 
-        try:
-            await asyncio.to_thread(put_all)
-        except DigestMismatch as e:
-            raise JobRequestError(str(e)) from None
-        return web.json_response({"stored": len(digests)})
+        await asyncio.to_thread(put_all)
+        return web.json_response({"stored": len(blobs)})
 
     async def cas_put(self, request: web.Request) -> web.Response:
         mi = request.match_info
-        d = _digest(mi["fn"], mi["hash"], mi["size"])
+        d = req.blob_digest(mi["fn"], mi["hash"], mi["size"])
         if self.store.contains(d):
             await request.read() if d.size < (1 << 20) else None
             return web.json_response({"stored": 0})
@@ -312,7 +247,7 @@ class JobsApi:
 
     async def cas_get(self, request: web.Request) -> web.StreamResponse:
         mi = request.match_info
-        d = _digest(mi["fn"], mi["hash"], mi["size"])
+        d = req.blob_digest(mi["fn"], mi["hash"], mi["size"])
         self.store.require(d)
         resp = web.StreamResponse(
             headers={"Content-Type": "application/octet-stream", "Content-Length": str(d.size)}
@@ -326,6 +261,16 @@ class JobsApi:
             f.close()
         await resp.write_eof()
         return resp
+
+
+def _error(exc: Exception) -> web.Response | None:
+    """The error document for a domain error, with the status rbs.wire.errors maps it to;
+    None for any other exception."""
+    mapped = http_error(exc)
+    if mapped is None:
+        return None
+    status, code = mapped
+    return web.json_response(jobs_api.error_doc(code, str(exc)), status=status)
 
 
 async def start_http(api: JobsApi, host: str, port: int) -> web.AppRunner:

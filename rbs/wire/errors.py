@@ -1,4 +1,4 @@
-"""The one place where domain errors become gRPC status codes.
+"""The one place where domain errors become status codes: gRPC statuses, and the jobs API's HTTP ones.
 
 Servicers raise domain exceptions (`rbs.cas.errors.*`, the request errors below, or
 any type registered with `register_error`) and never build statuses themselves:
@@ -20,6 +20,10 @@ rbs answers INVALID_ARGUMENT naming the method.
 Errors that carry `google.rpc` details (`MissingBlobs` -> `PreconditionFailure`) send
 them in the standard `grpc-status-details-bin` trailer, which REAPI clients read to
 learn which blobs to upload.
+
+The jobs HTTP API (rbs.server.jobs_http) answers an error with a gRPC code name and an
+HTTP status, from its own table below (`http_error`): it is older than the gRPC one and
+answers some errors differently (any CAS error is the request's fault there, 400).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from rbs.cas.errors import (
     BlobNotFound,
+    CasError,
     CorruptBlob,
     DigestMismatch,
     InvalidDigest,
@@ -282,3 +287,44 @@ def _decoding_handler(handler: Any, method: str) -> Any:
         return await unary_inner(request, context)
 
     return grpc.unary_unary_rpc_method_handler(unary_unary, response_serializer=serialize)
+
+
+# ---------------------------------------------------------------- the jobs HTTP API
+
+# The error document's `code` is a gRPC code name; this is the HTTP status that goes with it.
+HTTP_STATUS: dict[str, int] = {
+    "INVALID_ARGUMENT": 400,
+    "UNAUTHENTICATED": 401,
+    "NOT_FOUND": 404,
+    "FAILED_PRECONDITION": 412,
+    "INTERNAL": 500,
+}
+
+# Most specific first: the first matching row wins. A row without a code is for an error
+# that names its own code in a `code` attribute (the job driver's refusals).
+_HTTP_TABLE: list[tuple[type[BaseException], str | None]] = [
+    (Unauthenticated, "UNAUTHENTICATED"),
+    (FailedPrecondition, "FAILED_PRECONDITION"),
+    (NotFound, "NOT_FOUND"),
+    (InvalidRequest, "INVALID_ARGUMENT"),
+    # rbs.units.SpecError is one: a flag, spec or manifest value that does not parse.
+    (ValueError, "INVALID_ARGUMENT"),
+    (BlobNotFound, "NOT_FOUND"),
+    (CasError, "INVALID_ARGUMENT"),
+]
+
+
+def register_http_error(exc_type: type[BaseException], code: str | None = None) -> None:
+    """Map another component's domain error to a jobs API code name; with no code, the
+    error's own `code` attribute names it."""
+    _HTTP_TABLE.insert(0, (exc_type, code))
+
+
+def http_error(exc: BaseException) -> tuple[int, str] | None:
+    """The HTTP status and code name the jobs API answers `exc` with, or None when it is
+    not a domain error (the server's own failure, answered 500 by the HTTP server)."""
+    for exc_type, code in _HTTP_TABLE:
+        if isinstance(exc, exc_type):
+            name = code if code is not None else str(getattr(exc, "code", "INTERNAL"))
+            return HTTP_STATUS.get(name, 500), name
+    return None

@@ -6,6 +6,8 @@ client reads it with (`job_info`, `log_line`, ...), and its JSON Schema in
 rbs.wire.jobs_api_schema (tests hold every real response to it). docs/design/jobs.md
 lists the routes.
 
+The request bodies, paths and queries are in rbs.wire.jobs_api_requests, the same way.
+
 This module is on the path of `rbs job submit`, which must start in a few milliseconds,
 so it imports nothing beyond `json` at run time: no dataclasses (it pulls in inspect,
 ~6 ms here), no typing, no protobuf. The server hands the builders its scheduler views
@@ -359,6 +361,21 @@ def log_line(doc: Mapping[str, Any]) -> LogLine | None:
         attempt=doc.get("attempt", 1),
         rank=doc.get("rank", 0),
     )
+
+
+def log_line_json(line: LogLine) -> str:
+    """A line as `rbs job logs --json` prints it: the API's fields less `rank`, and `task`
+    only for an array job."""
+    d: dict[str, Any] = {
+        "seq": line.seq,
+        "time": line.time,
+        "stream": line.stream.value,
+        "text": line.text,
+    }
+    if line.task is not None:
+        d["task"] = line.task
+    d["attempt"] = line.attempt
+    return json.dumps(d, ensure_ascii=False)
 
 
 def cancelled_ids(doc: Mapping[str, Any]) -> list[str]:

@@ -1,8 +1,11 @@
 """The jobs HTTP API's JSON documents as JSON Schema (draft 2020-12): one constant per document.
 
-`rbs.wire.jobs_api` builds (server) and reads (client) these documents; this module
+`rbs.wire.jobs_api` builds (server) and reads (client) the responses, `SCHEMAS`;
+`rbs.wire.jobs_api_requests` builds (client) and reads (server) the requests,
+`REQUEST_SCHEMAS` (a query is described as the object of its parameters). This module
 says what they are, key by key, so the shape is written down once and tests can hold
-every response to it. Nothing at run time needs it, so the client never imports it.
+every response and every request the client sends to it. Nothing at run time needs it,
+so the client never imports it.
 """
 
 from __future__ import annotations
@@ -206,4 +209,80 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "queues": QUEUES_SCHEMA,
     "status": STATUS_SCHEMA,
     "error": ERROR_SCHEMA,
+}
+
+
+# ---------------------------------------------------------------- requests
+
+# A manifest as rbs.wire.manifest.manifest_from_dict reads it: only the command is
+# required, and durations and quantities may use their text forms ("1h", "500m", "8Gi").
+_TEXT_OR_INT: dict[str, Any] = {"type": ["string", "integer"]}
+_MANIFEST_IN: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "apiVersion": {"const": "rbs/v1"},
+        "name": _null(_STR),
+        "command": _list(_STR),
+        "input_root": _null(_STR),
+        "resources": _obj(
+            {"cpu": {"type": ["string", "number"]}, "memory": _TEXT_OR_INT, "gpus": _INT},
+            optional=True,
+        ),
+        "queue": _null(_STR),
+        "priority": _null(_INT),
+        "time_limit": {"type": ["string", "integer", "null"]},
+        "nodes": _null(_INT),
+        "elastic": _null(_BOOL),
+        "min_nodes": _null(_INT),
+        "max_nodes": _null(_INT),
+        "max_retries": _null(_INT),
+        "requeue": _null(_BOOL),
+        "checkpoint_dir": _null(_STR),
+        "env": {"type": ["object", "array", "null"], "additionalProperties": _STR, "items": _STR},
+        "outputs": _null(_list(_STR)),
+        "array": _null(_STR),
+        "dependencies": {"type": ["array", "string", "null"], "items": _STR},
+        "begin_time": _null(_NUM),
+    },
+    "required": ["command"],
+    "additionalProperties": False,
+}
+# `rbs job submit`'s flags as typed: a value, a repeated flag's values, or true for a switch.
+_FLAG_VALUE: dict[str, Any] = {"type": ["string", "integer", "boolean", "array"], "items": _STR}
+
+SUBMIT_FLAGS_REQUEST_SCHEMA = _document(
+    "POST /v1/jobs: a command and `rbs job submit` flags",
+    _obj({"command": _list(_STR), "flags": _map(_FLAG_VALUE), "input_root": _null(_STR)}),
+)
+SUBMIT_MANIFEST_REQUEST_SCHEMA = _document(
+    "POST /v1/jobs: a manifest and where its fields came from",
+    {**_obj({"manifest": _MANIFEST_IN, "provenance": _map(_STR)}), "required": ["manifest"]},
+)
+CANCEL_REQUEST_SCHEMA = _document("POST /v1/jobs/cancel", _obj({"ids": _list(_STR)}))
+CAS_MISSING_REQUEST_SCHEMA = _document("POST /v1/cas/missing", _obj({"digests": _list(_STR)}))
+CAS_BATCH_HEAD_SCHEMA = _document(
+    "POST /v1/cas/batch: the first line (the digests; their bytes follow it)", _list(_STR)
+)
+_SWITCH: dict[str, Any] = {"type": "string", "enum": ["1", "true"]}
+LIST_QUERY_SCHEMA = _document(
+    "GET /v1/jobs: the query (state is a comma-separated list of state names)",
+    _obj({"state": _STR, "queue": _STR, "history": _SWITCH}, optional=True),
+)
+LOGS_QUERY_SCHEMA = _document(
+    "GET /v1/jobs/{id}/logs: the query (after and tail are whole numbers)",
+    _obj({"after": _STR, "tail": _STR, "follow": _SWITCH}, optional=True),
+)
+WAIT_QUERY_SCHEMA = _document(
+    "GET /v1/jobs/{id}/wait: the query (timeout in seconds)",
+    _obj({"timeout": _STR}, optional=True),
+)
+REQUEST_SCHEMAS: dict[str, dict[str, Any]] = {
+    "submit_flags": SUBMIT_FLAGS_REQUEST_SCHEMA,
+    "submit_manifest": SUBMIT_MANIFEST_REQUEST_SCHEMA,
+    "cancel": CANCEL_REQUEST_SCHEMA,
+    "cas_missing": CAS_MISSING_REQUEST_SCHEMA,
+    "cas_batch_head": CAS_BATCH_HEAD_SCHEMA,
+    "list_query": LIST_QUERY_SCHEMA,
+    "logs_query": LOGS_QUERY_SCHEMA,
+    "wait_query": WAIT_QUERY_SCHEMA,
 }

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
-from rbs.wire.jobs_api_schema import SCHEMAS
+from rbs.wire.jobs_api_schema import REQUEST_SCHEMAS, SCHEMAS
 
 FIXTURE = Path(__file__).with_name("jobs_api_responses.json")
 # What rbs.client.jobs sent, as the server received it (jobs_api_scenario.run_client_scenario).
@@ -101,3 +102,27 @@ def documents(key: str, response: Doc) -> list[tuple[Doc, dict[str, Any]]]:
         lines = response["ndjson"]
         return [(d, SCHEMAS["log_line"]) for d in lines[:-1]] + [(lines[-1], SCHEMAS["log_end"])]
     return [(response["json"], SCHEMAS[_ROUTE_SCHEMA[route]])]
+
+
+def request_documents(request: Doc) -> list[tuple[Doc, dict[str, Any]]]:
+    """Each JSON document in one recorded request (its body, or its query as an object of
+    parameters), with the schema it must satisfy."""
+    url = urlsplit(request["path"])
+    query = dict(parse_qsl(url.query, keep_blank_values=True))
+    body = request.get("body")
+    if request["method"] == "POST":
+        if url.path == "/v1/cas/batch":
+            head = body.partition("\n")[0]
+            return [(json.loads(head), REQUEST_SCHEMAS["cas_batch_head"])]
+        doc = json.loads(body)
+        name = {"/v1/jobs/cancel": "cancel", "/v1/cas/missing": "cas_missing"}.get(url.path)
+        if name is None:
+            name = "submit_flags" if "flags" in doc else "submit_manifest"
+        return [(doc, REQUEST_SCHEMAS[name])]
+    if url.path == "/v1/jobs":
+        return [(query, REQUEST_SCHEMAS["list_query"])]
+    for suffix in ("logs", "wait"):
+        if url.path.endswith("/" + suffix):
+            return [(query, REQUEST_SCHEMAS[f"{suffix}_query"])]
+    assert not query, f"{request['path']}: a query no schema describes"
+    return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs_api_docs import canonical, documents, load_fixture, load_requests
+from jobs_api_docs import canonical, documents, load_fixture, load_requests, request_documents
 from jobs_api_scenario import SCENARIO_JOBS, recorded_requests, run_client_scenario, run_scenario
 from jobs_harness import JobCluster
 from json_schema_lite import errors
@@ -57,3 +57,10 @@ def test_the_client_sends_the_recorded_requests(tmp_path: Path) -> None:
     ]
     assert not changed, "\n".join(changed)
     assert len(live) == len(recorded)
+    problems = [
+        f"{r['method']} {r['path']}: {e}"
+        for r in live
+        for doc, schema in request_documents(r)
+        for e in errors(doc, schema)
+    ]
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,280 @@
+"""The jobs HTTP API's requests: the client's builders and the server's parsers, side by side.
+
+Every request body and every path or query with structure is defined once, three ways
+that must agree: the function the client builds it with (`submit_flags_body`,
+`jobs_path`, ...), the function the server reads it with (`submit_request`,
+`list_query`, ...), which refuses a malformed request with an InvalidRequest that names
+the field and the form it wants, and its JSON Schema in rbs.wire.jobs_api_schema
+(`REQUEST_SCHEMAS`). The responses are in rbs.wire.jobs_api; docs/design/jobs.md lists
+the routes.
+
+Like rbs.wire.jobs_api, this module is on the path of `rbs job submit`, so it imports
+nothing at run time: the builders use the standard library only, and each parser
+imports what it needs (the manifest code, the error types, which pull in grpc) when the
+server calls it.
+"""
+
+from __future__ import annotations
+
+# Not imported from typing, which costs `rbs job submit` start-up for nothing at run
+# time; type checkers treat this name as true all the same.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any
+
+    from rbs.model import Digest, JobManifest
+    from rbs.wire.errors import InvalidRequest
+
+JOBS_PATH = "/v1/jobs"
+CANCEL_PATH = "/v1/jobs/cancel"
+QUEUES_PATH = "/v1/queues"
+STATUS_PATH = "/v1/status"
+MISSING_PATH = "/v1/cas/missing"
+BATCH_PATH = "/v1/cas/batch"
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~")
+
+
+def quote(text: str) -> str:
+    """Percent-encode one URL component (urllib.parse costs ~4 ms to import)."""
+    return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
+
+
+def _query(q: Mapping[str, str]) -> str:
+    return "&".join(f"{quote(k)}={quote(v)}" for k, v in q.items())
+
+
+# ---------------------------------------------------------------- client: values -> requests
+
+
+def submit_flags_body(
+    command: Sequence[str] | None, flags: Mapping[str, Any], input_root: Digest | None
+) -> dict[str, Any]:
+    """`POST /v1/jobs` with `rbs job submit`'s flags as typed (`{"--time": "1h"}`): the
+    server layers them into the manifest, so the client imports none of that code."""
+    return {
+        "command": list(command or ()),
+        "flags": dict(flags),
+        "input_root": None if input_root is None else str(input_root),
+    }
+
+
+def submit_manifest_body(
+    manifest: JobManifest, provenance: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """`POST /v1/jobs` with a whole manifest (a job target's, with the flags layered in)."""
+    from rbs.wire.manifest import manifest_to_dict
+
+    return {"manifest": manifest_to_dict(manifest), "provenance": dict(provenance or {})}
+
+
+def cancel_body(ids: Sequence[str]) -> dict[str, Any]:
+    """`POST /v1/jobs/cancel`: job and task ids (`ID`, `ID_INDEX`)."""
+    return {"ids": list(ids)}
+
+
+def job_path(job_id: str) -> str:
+    """`GET /v1/jobs/{id}`: one job, or one task of an array."""
+    return f"{JOBS_PATH}/{quote(job_id)}"
+
+
+def outputs_path(job_id: str) -> str:
+    return f"{job_path(job_id)}/outputs"
+
+
+def wait_path(job_id: str, timeout: float) -> str:
+    """`GET /v1/jobs/{id}/wait`: answers when the job ends or after `timeout` seconds."""
+    return f"{job_path(job_id)}/wait?timeout={timeout:.3f}"
+
+
+def jobs_path(states: Sequence[str] = (), queue: str | None = None, history: bool = False) -> str:
+    """`GET /v1/jobs`: live jobs, or those in `states` (names, any case), of one queue."""
+    q: dict[str, str] = {}
+    if states:
+        q["state"] = ",".join(states)
+    if queue:
+        q["queue"] = queue
+    if history:
+        q["history"] = "1"
+    return JOBS_PATH + ("?" + _query(q) if q else "")
+
+
+def logs_path(job_id: str, *, after: int = 0, follow: bool = False, tail: int | None = None) -> str:
+    """`GET /v1/jobs/{id}/logs`: the lines after display seq `after` (the last `tail`
+    of them); with `follow`, streamed until the job ends."""
+    q = {"after": str(after)}
+    if follow:
+        q["follow"] = "1"
+    if tail is not None:
+        q["tail"] = str(tail)
+    return f"{job_path(job_id)}/logs?" + _query(q)
+
+
+def blob_path(digest: Digest) -> str:
+    """`GET` or `PUT /v1/cas/blobs/{fn}/{hash}/{size}`: one blob, streamed."""
+    return f"/v1/cas/blobs/{digest.function.value}/{digest.hash}/{digest.size}"
+
+
+def missing_body(digests: Iterable[Digest]) -> dict[str, Any]:
+    """`POST /v1/cas/missing`: which of these blobs the cluster lacks."""
+    return {"digests": [str(d) for d in digests]}
+
+
+def batch_body(blobs: Sequence[tuple[Digest, bytes]]) -> bytes:
+    """`POST /v1/cas/batch`: a JSON list of the digests, a newline, then their bytes."""
+    header = ",".join(f'"{d}"' for d, _ in blobs)
+    return b"".join([f"[{header}]\n".encode(), *(data for _, data in blobs)])
+
+
+# ---------------------------------------------------------------- server: requests -> values
+
+
+def _invalid(message: str) -> InvalidRequest:
+    from rbs.wire.errors import InvalidRequest
+
+    return InvalidRequest(message)
+
+
+def _digest(text: str, field: str) -> Digest:
+    from rbs.model import Digest
+
+    try:
+        return Digest.parse(text)
+    except ValueError as e:
+        raise _invalid(f"{field}: {e}") from None
+
+
+def submit_request(body: Any) -> tuple[JobManifest, dict[str, str]]:
+    """A `POST /v1/jobs` body as the job's manifest and provenance: a manifest as given,
+    or the flags layered over the command (rbs.wire.manifest.apply_flags; errors name the
+    flag)."""
+    if not isinstance(body, dict) or not ("manifest" in body or "flags" in body):
+        raise _invalid(
+            'want {"manifest": {...}, "provenance": {...}} or '
+            '{"command": [...], "flags": {"--time": "1h", ...}, "input_root": null}'
+        )
+    from rbs.wire.manifest import apply_flags, manifest_from_dict
+
+    if "manifest" in body:
+        manifest = manifest_from_dict(body["manifest"])
+        prov = body.get("provenance") or {}
+        if not isinstance(prov, dict):
+            raise _invalid("provenance must be an object of field -> source")
+    else:
+        command, flags, root = body.get("command"), body.get("flags"), body.get("input_root")
+        if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
+            raise _invalid("command must be a list of strings")
+        if not isinstance(flags, dict):
+            raise _invalid("flags must be an object of flag -> value")
+        if root is not None and not isinstance(root, str):
+            raise _invalid("input_root must be a digest string (FUNCTION:HASH/SIZE) or null")
+        input_root = None if root is None else _digest(root, "input_root")
+        manifest, prov = apply_flags(
+            None, None, flags, command=command or None, input_root=input_root
+        )
+    return manifest, {str(k): str(v) for k, v in prov.items()}
+
+
+def cancel_request(body: Any) -> list[tuple[int, int | None]]:
+    """A `POST /v1/jobs/cancel` body as (job id, array index or None) pairs."""
+    ids = body.get("ids") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not ids:
+        raise _invalid('want {"ids": ["ID", "ID_INDEX", ...]}')
+    from rbs.wire.specs import parse_task_id
+
+    return [parse_task_id(str(i)) for i in ids]
+
+
+def job_ref(text: str) -> tuple[int, int | None]:
+    """The `{id}` of a job path as (job id, array index or None)."""
+    from rbs.wire.specs import parse_task_id
+
+    return parse_task_id(text)
+
+
+def list_query(query: Mapping[str, str]) -> tuple[frozenset[str], str | None, bool]:
+    """`GET /v1/jobs`'s query as (the states asked for, the queue, whether ended jobs
+    count when no state is named)."""
+    from rbs.model import JobState
+
+    named = [s.strip().upper() for s in query.get("state", "").split(",") if s.strip()]
+    for s in named:
+        if s not in JobState.__members__:
+            raise _invalid(f"--state {s}: unknown state; states: {', '.join(JobState.__members__)}")
+    return frozenset(named), query.get("queue") or None, _flag(query, "history")
+
+
+def logs_query(query: Mapping[str, str]) -> tuple[int, int | None, bool]:
+    """`GET /v1/jobs/{id}/logs`'s query as (after, tail or None, follow)."""
+    tail = _whole(query, "tail", 0) if "tail" in query else None
+    return _whole(query, "after", 0), tail, _flag(query, "follow")
+
+
+def wait_timeout(query: Mapping[str, str], limit: float = 300.0) -> float:
+    """`GET /v1/jobs/{id}/wait`'s timeout in seconds (default 30), at most `limit`."""
+    text = query.get("timeout", "30")
+    try:
+        return min(float(text), limit)
+    except ValueError:
+        raise _invalid(f"timeout={text!r}: want seconds, e.g. 30 or 0.5") from None
+
+
+def _whole(query: Mapping[str, str], key: str, default: int) -> int:
+    text = query.get(key)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise _invalid(f"{key}={text!r}: want a whole number") from None
+
+
+def _flag(query: Mapping[str, str], key: str) -> bool:
+    return query.get(key) in ("1", "true")
+
+
+def blob_digest(function: str, hash_: str, size: str) -> Digest:
+    """The digest a `/v1/cas/blobs/{fn}/{hash}/{size}` path names."""
+    from rbs.model import Digest, DigestFunction
+
+    try:
+        fn = DigestFunction.parse(function)
+        if not size.isdigit():
+            raise ValueError(f"blob size {size!r}: want a whole number of bytes")
+        return Digest(function=fn, hash=hash_, size=int(size))
+    except ValueError as e:
+        raise _invalid(str(e)) from None
+
+
+def missing_request(body: Any) -> list[Digest]:
+    """A `POST /v1/cas/missing` body as the digests it asks about."""
+    texts = body.get("digests") if isinstance(body, dict) else None
+    if not isinstance(texts, list):
+        raise _invalid('want {"digests": ["blake3:HASH/SIZE", ...]}')
+    return [_digest(str(t), f"digests[{i}]") for i, t in enumerate(texts)]
+
+
+def batch_request(data: bytes) -> list[tuple[Digest, bytes]]:
+    """A `POST /v1/cas/batch` body as (digest, bytes) pairs; the sizes must add up."""
+    import json
+
+    head, sep, rest = data.partition(b"\n")
+    if not sep:
+        raise _invalid("batch body: want a JSON list of digests, a newline, the bytes")
+    try:
+        texts = json.loads(head)
+    except ValueError as e:
+        raise _invalid(f"batch body: the first line is not JSON: {e}") from None
+    if not isinstance(texts, list):
+        raise _invalid("batch body: the first line must be a JSON list of digests")
+    digests = [_digest(str(t), f"batch digests[{i}]") for i, t in enumerate(texts)]
+    named = sum(d.size for d in digests)
+    if named != len(rest):
+        raise _invalid(f"batch body holds {len(rest)} bytes, the digests name {named}")
+    out: list[tuple[Digest, bytes]] = []
+    offset = 0
+    for d in digests:
+        out.append((d, rest[offset : offset + d.size]))
+        offset += d.size
+    return out
