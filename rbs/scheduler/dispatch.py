@@ -226,7 +226,7 @@ class Dispatcher:
         w.state = ConnectionState.DISCONNECTED
         w.disconnected_at = self._now
         if self.config.reconnect_grace == 0:
-            return self._lose(w, "its stream ended")
+            return self._lose([(w, "its stream ended")])
         return []
 
     def _restored(self, ev: WorkerRestored) -> list[DispatchInstruction]:
@@ -286,7 +286,7 @@ class Dispatcher:
         """Workers silent too long, or away past the grace, are lost; workers lost for
         FORGET_LOST_S are forgotten."""
         now, cfg = self._now, self.config
-        out: list[DispatchInstruction] = []
+        lost: list[tuple[_Worker, str]] = []
         for w in list(self._workers.values()):
             if w.state is ConnectionState.LOST and now - w.disconnected_at > FORGET_LOST_S:
                 del self._workers[w.info.worker_id]
@@ -295,13 +295,13 @@ class Dispatcher:
                 w.state is ConnectionState.CONNECTED
                 and now - w.last_heartbeat > cfg.heartbeat_timeout
             ):
-                out += self._lose(w, f"no heartbeat for {now - w.last_heartbeat:.1f}s")
+                lost.append((w, f"no heartbeat for {now - w.last_heartbeat:.1f}s"))
             elif (
                 w.state is ConnectionState.DISCONNECTED
                 and now - w.disconnected_at >= cfg.reconnect_grace
             ):
-                out += self._lose(w, f"it did not reconnect within {cfg.reconnect_grace:g}s")
-        return out
+                lost.append((w, f"it did not reconnect within {cfg.reconnect_grace:g}s"))
+        return self._lose(lost) if lost else []
 
     # ---- internals
 
@@ -315,14 +315,19 @@ class Dispatcher:
             w.leases.discard(lease_id)
         return self._dispatch()
 
-    def _lose(self, w: _Worker, why: str) -> list[DispatchInstruction]:
-        w.state = ConnectionState.LOST
-        w.disconnected_at = self._now
+    def _lose(self, lost: list[tuple[_Worker, str]]) -> list[DispatchInstruction]:
+        """Workers are lost together: all are marked before any action is requeued, so a
+        requeued action never goes to a worker that this same step finds silent."""
+        for w, _ in lost:
+            w.state = ConnectionState.LOST
+            w.disconnected_at = self._now
         out: list[DispatchInstruction] = []
-        for lease_id in sorted(w.leases):
-            out += self._requeue(lease_id, f"worker {w.info.worker_id} was lost: {why}")
-        w.leases.clear()
-        return [*out, *self._dispatch(), DropWorker(worker_id=w.info.worker_id, reason=why)]
+        for w, why in lost:
+            for lease_id in sorted(w.leases):
+                out += self._requeue(lease_id, f"worker {w.info.worker_id} was lost: {why}")
+            w.leases.clear()
+        out += self._dispatch()
+        return out + [DropWorker(worker_id=w.info.worker_id, reason=why) for w, why in lost]
 
     def _requeue(self, lease_id: str, why: str) -> list[DispatchInstruction]:
         lease = self._leases.pop(lease_id, None)
