@@ -4,6 +4,10 @@ The server builds each JobLease's manifest with `manifest_to_proto`; the worker 
 back with `lease_manifest`. A message that does not make a valid manifest (a field a
 newer or broken server set wrongly) is a `ManifestDecodeError` naming the field, never a
 manifest with a silently defaulted value: the worker fails the run with that reason.
+
+The stream's other messages have their typed values next door: `workers_session.py`
+(envelopes, Register), `workers_actions.py`, `workers_jobs.py`, `workers_status.py`, and
+the worker's end of the stream, `workers_stream.py`.
 """
 
 from __future__ import annotations

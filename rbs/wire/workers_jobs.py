@@ -1,0 +1,326 @@
+"""The Workers stream's job messages <-> typed values: leases, kills, acks and reports.
+
+Server -> worker: `JobLease` (`JobLeaseInfo`), `KillJob` (`KillOrder`), `Ack` (`LogAck`).
+Worker -> server: `JobStarted` (`JobStartedReport`), `JobFinished` (`JobFinishedReport`)
+and `LogLines` (`LogBatch`). Each value carries what its message carries, with the run
+named as the stream names it (job id as text, task index -1 for a job that is not an
+array, the lease id `JOB[_INDEX].ATTEMPT.RANK`).
+
+A worker must still answer a lease it cannot read, so `job_lease_from_pb` never fails:
+it says what is wrong in `unreadable` (the manifest, the digest function) or
+`bad_digest` (an input or checkpoint digest), and the worker fails the run with that.
+On the server, a report with a malformed digest is an InvalidRequest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
+from rbs.cas.digests import digest_from_pb, digest_to_pb, function_from_pb, function_to_pb
+from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction, JobManifest, LogLine
+from rbs.wire.logs import line_from_pb, line_to_pb
+from rbs.wire.reapi import digest_from_proto, function_from_proto
+from rbs.wire.workers import lease_manifest, manifest_to_proto
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobLeaseInfo:
+    """Run one node of one attempt of a job task in a job slot (JobLease)."""
+
+    lease_id: str
+    job_id: str
+    manifest: JobManifest | None  # None only when `unreadable` says why
+    task_index: int = -1
+    attempt: int = 1
+    gpu_ids: tuple[str, ...] = ()
+    # The scheduler's variables on top of the manifest's env (RBS_JOB_ID, ...).
+    env: tuple[tuple[str, str], ...] = ()
+    node_rank: int = 0
+    nodelist: tuple[str, ...] = ()
+    master_addr: str = ""
+    master_port: int = 0
+    input_root: Digest | None = None
+    # The checkpoint the previous attempt left, restored before the job starts.
+    checkpoint: Digest | None = None
+    unreadable: str | None = None
+    bad_digest: str | None = None
+
+    @property
+    def function(self) -> DigestFunction:
+        """The digest function of the run's trees: its digests', else rbs's default."""
+        for d in (self.checkpoint, self.input_root):
+            if d is not None:
+                return d.function
+        return DEFAULT_FUNCTION
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KillOrder:
+    """Stop a run (KillJob): `reason` is a KillReason value; `state` the one to report, if set."""
+
+    lease_id: str
+    job_id: str = ""
+    state: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogAck:
+    """The server stored a run's log lines up to and including `log_seq` (Ack)."""
+
+    lease_id: str
+    job_id: str = ""
+    task_index: int = 0
+    attempt: int = 0
+    log_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobStartedReport:
+    lease_id: str
+    job_id: str
+    task_index: int
+    attempt: int
+    pid: int
+    started_at: float  # epoch seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFinishedReport:
+    """How a run ended on its worker (JobFinished); the scheduler decides the job's state."""
+
+    lease_id: str
+    job_id: str
+    task_index: int
+    attempt: int
+    state: str  # a JobState name, as the worker sees it (KillJob.state when it set one)
+    exit_code: int
+    signal: int = 0
+    peak_memory_bytes: int = 0
+    oom_killed: bool = False
+    finished_at_ns: int  # epoch nanoseconds
+    message: str = ""
+    # The function of the trees below; None: not said (a run that stored nothing).
+    digest_function: DigestFunction | None = None
+    output_tree: Digest | None = None
+    checkpoint_tree: Digest | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogBatch:
+    """A run's numbered log lines (LogLines); each line carries the run's task, attempt, rank."""
+
+    lease_id: str
+    job_id: str
+    task_index: int
+    attempt: int
+    lines: tuple[LogLine, ...]
+
+
+JobOrder = JobLeaseInfo | KillOrder | LogAck
+JobReport = JobStartedReport | JobFinishedReport | LogBatch
+
+
+# ---------------------------------------------------------------- server -> worker
+
+
+def job_lease_to_pb(lease: JobLeaseInfo) -> w_pb2.JobLease:
+    if lease.manifest is None:
+        raise ValueError(f"job lease {lease.lease_id} has no manifest")
+    pb = w_pb2.JobLease(
+        lease_id=lease.lease_id,
+        job_id=lease.job_id,
+        manifest=manifest_to_proto(lease.manifest),
+        task_index=lease.task_index,
+        attempt=lease.attempt,
+        gpu_ids=list(lease.gpu_ids),
+        env=dict(lease.env),
+        node_rank=lease.node_rank,
+        nodelist=list(lease.nodelist),
+        master_addr=lease.master_addr,
+        master_port=lease.master_port,
+    )
+    # One digest_function for both trees: the checkpoint's wins (a retry stores with it).
+    if lease.input_root is not None:
+        pb.input_root_digest.CopyFrom(digest_to_pb(lease.input_root))
+        pb.digest_function = function_to_pb(lease.input_root.function)
+    if lease.checkpoint is not None:
+        pb.checkpoint_digest.CopyFrom(digest_to_pb(lease.checkpoint))
+        pb.digest_function = function_to_pb(lease.checkpoint.function)
+    return pb
+
+
+def job_lease_from_pb(pb: w_pb2.JobLease) -> JobLeaseInfo:
+    """The lease a message carries; what cannot be read is named, never raised."""
+    manifest: JobManifest | None = None
+    unreadable = bad_digest = None
+    input_root = checkpoint = None
+    try:
+        manifest = lease_manifest(pb)
+        fn = function_from_pb(pb.digest_function) or DEFAULT_FUNCTION
+    except ValueError as e:  # ManifestDecodeError, InvalidDigest (naming the supported ones)
+        manifest, unreadable = None, str(e)
+    else:
+        try:
+            input_root = _lease_digest(pb, "input_root_digest", fn)
+            checkpoint = _lease_digest(pb, "checkpoint_digest", fn)
+        except ValueError as e:
+            bad_digest = str(e)
+    return JobLeaseInfo(
+        lease_id=pb.lease_id,
+        job_id=pb.job_id,
+        manifest=manifest,
+        task_index=pb.task_index,
+        attempt=pb.attempt,
+        gpu_ids=tuple(pb.gpu_ids),
+        env=tuple(pb.env.items()),
+        node_rank=pb.node_rank,
+        nodelist=tuple(pb.nodelist),
+        master_addr=pb.master_addr,
+        master_port=pb.master_port,
+        input_root=input_root,
+        checkpoint=checkpoint,
+        unreadable=unreadable,
+        bad_digest=bad_digest,
+    )
+
+
+def _lease_digest(pb: w_pb2.JobLease, field: str, fn: DigestFunction) -> Digest | None:
+    if not pb.HasField(field):
+        return None
+    d = getattr(pb, field)
+    if not d.hash:
+        return None
+    return digest_from_pb(d, fn)
+
+
+def kill_to_pb(order: KillOrder) -> w_pb2.KillJob:
+    return w_pb2.KillJob(
+        lease_id=order.lease_id, job_id=order.job_id, state=order.state, reason=order.reason
+    )
+
+
+def kill_from_pb(pb: w_pb2.KillJob) -> KillOrder:
+    return KillOrder(lease_id=pb.lease_id, job_id=pb.job_id, state=pb.state, reason=pb.reason)
+
+
+def ack_to_pb(ack: LogAck) -> w_pb2.Ack:
+    return w_pb2.Ack(
+        job_id=ack.job_id,
+        task_index=ack.task_index,
+        attempt=ack.attempt,
+        log_seq=ack.log_seq,
+        lease_id=ack.lease_id,
+    )
+
+
+def ack_from_pb(pb: w_pb2.Ack) -> LogAck:
+    return LogAck(
+        lease_id=pb.lease_id,
+        job_id=pb.job_id,
+        task_index=pb.task_index,
+        attempt=pb.attempt,
+        log_seq=pb.log_seq,
+    )
+
+
+# ---------------------------------------------------------------- worker -> server
+
+
+def job_started_to_pb(report: JobStartedReport) -> w_pb2.JobStarted:
+    pb = w_pb2.JobStarted(
+        lease_id=report.lease_id,
+        job_id=report.job_id,
+        task_index=report.task_index,
+        attempt=report.attempt,
+        pid=report.pid,
+    )
+    pb.started_at.FromNanoseconds(int(report.started_at * 1e9))
+    return pb
+
+
+def job_started_from_pb(pb: w_pb2.JobStarted) -> JobStartedReport:
+    return JobStartedReport(
+        lease_id=pb.lease_id,
+        job_id=pb.job_id,
+        task_index=pb.task_index,
+        attempt=pb.attempt,
+        pid=pb.pid,
+        started_at=pb.started_at.ToNanoseconds() / 1e9,
+    )
+
+
+def job_finished_to_pb(report: JobFinishedReport) -> w_pb2.JobFinished:
+    pb = w_pb2.JobFinished(
+        lease_id=report.lease_id,
+        job_id=report.job_id,
+        task_index=report.task_index,
+        attempt=report.attempt,
+        state=report.state,
+        exit_code=report.exit_code,
+        signal=report.signal,
+        peak_memory_bytes=report.peak_memory_bytes,
+        oom_killed=report.oom_killed,
+        message=report.message,
+    )
+    pb.finished_at.FromNanoseconds(report.finished_at_ns)
+    if report.digest_function is not None:
+        pb.digest_function = function_to_pb(report.digest_function)
+    if report.output_tree is not None:
+        pb.output_tree_digest.CopyFrom(digest_to_pb(report.output_tree))
+    if report.checkpoint_tree is not None:
+        pb.checkpoint_tree_digest.CopyFrom(digest_to_pb(report.checkpoint_tree))
+    return pb
+
+
+def job_finished_from_pb(pb: w_pb2.JobFinished) -> JobFinishedReport:
+    """The report a message carries; a malformed digest or function is an InvalidRequest."""
+    fn = function_from_proto(pb.digest_function)
+    output_tree = checkpoint_tree = None
+    if pb.HasField("output_tree_digest") and pb.output_tree_digest.hash:
+        output_tree = digest_from_proto(pb.output_tree_digest, fn, "output_tree_digest")
+    if pb.HasField("checkpoint_tree_digest") and pb.checkpoint_tree_digest.hash:
+        checkpoint_tree = digest_from_proto(pb.checkpoint_tree_digest, fn, "checkpoint_tree_digest")
+    return JobFinishedReport(
+        lease_id=pb.lease_id,
+        job_id=pb.job_id,
+        task_index=pb.task_index,
+        attempt=pb.attempt,
+        state=pb.state,
+        exit_code=pb.exit_code,
+        signal=pb.signal,
+        peak_memory_bytes=pb.peak_memory_bytes,
+        oom_killed=pb.oom_killed,
+        message=pb.message,
+        finished_at_ns=pb.finished_at.ToNanoseconds(),
+        digest_function=fn,
+        output_tree=output_tree,
+        checkpoint_tree=checkpoint_tree,
+    )
+
+
+def log_batch_to_pb(batch: LogBatch) -> w_pb2.LogLines:
+    return w_pb2.LogLines(
+        job_id=batch.job_id,
+        task_index=batch.task_index,
+        attempt=batch.attempt,
+        lease_id=batch.lease_id,
+        lines=[line_to_pb(x) for x in batch.lines],
+    )
+
+
+def log_batch_from_pb(pb: w_pb2.LogLines, rank_of: Callable[[str], int]) -> LogBatch:
+    """The batch a message carries. `rank_of` reads the rank from a lease id (the
+    scheduler owns their form); a batch without one (an older worker) is rank 0's."""
+    rank = rank_of(pb.lease_id) if pb.lease_id else 0
+    task = None if pb.task_index < 0 else pb.task_index
+    attempt = pb.attempt
+    return LogBatch(
+        lease_id=pb.lease_id,
+        job_id=pb.job_id,
+        task_index=pb.task_index,
+        attempt=attempt,
+        lines=tuple(line_from_pb(x, task=task, attempt=attempt, rank=rank) for x in pb.lines),
+    )
