@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -29,17 +30,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from google.protobuf import timestamp_pb2
-from google.protobuf.message import DecodeError
-from google.rpc import code_pb2
+from grpc import StatusCode
 
-from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
-from rbs.cas.digests import digest_from_pb, digest_to_pb
 from rbs.cas.errors import BlobNotFound, InvalidTree
 from rbs.cas.store import BlobStore, BlobWriter
 from rbs.cas.tree import collect_directories, tree_from_path
 from rbs.executor.sandbox import Sandbox, SandboxError, remove_tree, safe_relative
 from rbs.model import Digest, DigestFunction
+from rbs.wire.actions import (
+    ActionInfo,
+    ActionResultInfo,
+    CommandInfo,
+    ExecutionTimes,
+    MessageDecodeError,
+    OutputDirectoryInfo,
+    OutputFileInfo,
+    OutputSymlinkInfo,
+    action_from_blob,
+    command_from_blob,
+    tree_blob,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +60,12 @@ Fetcher = Callable[[list[Digest]], None]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ActionOutcome:
-    """What the worker reports: a google.rpc code, a message, and the result (also
+    """What the worker reports: a status code, a message, and the result (also
     partial, e.g. the output of a timed-out action)."""
 
-    code: int
+    code: StatusCode
     message: str = ""
-    result: re_pb2.ActionResult = field(default_factory=re_pb2.ActionResult)
+    result: ActionResultInfo = field(default_factory=ActionResultInfo)
 
 
 class _Recorder(BlobStore):
@@ -130,47 +140,56 @@ class ActionExecutor:
         self, action_digest: Digest, *, name: str, timeout_s: float = 0.0
     ) -> ActionOutcome:
         """Run the action in sandbox `name`. Cancelling the task kills the command."""
-        meta = re_pb2.ExecutedActionMetadata(worker=self._worker_name)
-        _stamp(meta.worker_start_timestamp)
+        worker_start = time.time_ns()
         try:
             action, command = await asyncio.to_thread(self._load, action_digest)
         except BlobNotFound as e:
-            return ActionOutcome(code=code_pb2.FAILED_PRECONDITION, message=str(e))
-        except (SandboxError, InvalidTree, DecodeError, ValueError) as e:
-            return ActionOutcome(code=code_pb2.INVALID_ARGUMENT, message=str(e))
-        timeout = timeout_s or action.timeout.seconds + action.timeout.nanos / 1e9
+            return ActionOutcome(code=StatusCode.FAILED_PRECONDITION, message=str(e))
+        except (SandboxError, InvalidTree, MessageDecodeError, ValueError) as e:
+            return ActionOutcome(code=StatusCode.INVALID_ARGUMENT, message=str(e))
+        timeout = timeout_s or action.timeout_s
         sandbox = Sandbox.create(self._sandboxes, name)
         try:
-            _stamp(meta.input_fetch_start_timestamp)
+            fetch_start = time.time_ns()
             try:
-                wd = await asyncio.to_thread(
-                    self._populate, sandbox, action, command, action_digest
-                )
+                wd = await asyncio.to_thread(self._populate, sandbox, action, command)
             except BlobNotFound as e:
-                return ActionOutcome(code=code_pb2.FAILED_PRECONDITION, message=str(e))
+                return ActionOutcome(code=StatusCode.FAILED_PRECONDITION, message=str(e))
             except (SandboxError, InvalidTree) as e:
-                return ActionOutcome(code=code_pb2.INVALID_ARGUMENT, message=str(e))
-            _stamp(meta.input_fetch_completed_timestamp)
-            _stamp(meta.execution_start_timestamp)
+                return ActionOutcome(code=StatusCode.INVALID_ARGUMENT, message=str(e))
+            fetch_completed = time.time_ns()
+            execution_start = time.time_ns()
             exit_code, timed_out = await self._execute(command, wd, sandbox, timeout)
-            _stamp(meta.execution_completed_timestamp)
-            _stamp(meta.output_upload_start_timestamp)
+            execution_completed = time.time_ns()
+            upload_start = time.time_ns()
             result = await asyncio.to_thread(
                 self._collect, command, wd, sandbox, action_digest.function, exit_code
             )
-            _stamp(meta.output_upload_completed_timestamp)
+            upload_completed = time.time_ns()
         finally:
             if not self._keep:
                 await asyncio.to_thread(sandbox.remove)
-        _stamp(meta.worker_completed_timestamp)
-        result.execution_metadata.CopyFrom(meta)
+        result = dataclasses.replace(
+            result,
+            execution_metadata=ExecutionTimes(
+                worker=self._worker_name,
+                worker_start_ns=worker_start,
+                input_fetch_start_ns=fetch_start,
+                input_fetch_completed_ns=fetch_completed,
+                execution_start_ns=execution_start,
+                execution_completed_ns=execution_completed,
+                output_upload_start_ns=upload_start,
+                output_upload_completed_ns=upload_completed,
+                worker_completed_ns=time.time_ns(),
+            ),
+        )
         if timed_out:
             return ActionOutcome(
-                code=code_pb2.DEADLINE_EXCEEDED,
+                code=StatusCode.DEADLINE_EXCEEDED,
                 message=f"the action ran longer than its timeout of {timeout:g}s and was killed",
                 result=result,
             )
-        return ActionOutcome(code=code_pb2.OK, result=result)
+        return ActionOutcome(code=StatusCode.OK, result=result)
 
     def clean_leftovers(self) -> int:
         """Kill process groups and remove sandboxes left by a crashed earlier run."""
@@ -190,24 +209,19 @@ class ActionExecutor:
 
     # ------------------------------------------------------------------ steps
 
-    def _load(self, digest: Digest) -> tuple[re_pb2.Action, re_pb2.Command]:
+    def _load(self, digest: Digest) -> tuple[ActionInfo, CommandInfo]:
         if self._fetch is not None:
             self._fetch([digest])
-        action = self._store.get_message(digest, re_pb2.Action())
-        cd = action.command_digest
-        command_digest = digest_from_pb(cd, digest.function)
+        action = action_from_blob(self._store.get(digest), digest.function)
         if self._fetch is not None:
-            self._fetch([command_digest])
-        command = self._store.get_message(command_digest, re_pb2.Command())
+            self._fetch([action.command_digest])
+        command = command_from_blob(self._store.get(action.command_digest))
         if not command.arguments:
             raise SandboxError("the Command has no arguments: nothing to run")
         return action, command
 
-    def _populate(
-        self, sandbox: Sandbox, action: re_pb2.Action, command: re_pb2.Command, digest: Digest
-    ) -> Path:
-        ir = action.input_root_digest
-        root = digest_from_pb(ir, digest.function)
+    def _populate(self, sandbox: Sandbox, action: ActionInfo, command: CommandInfo) -> Path:
+        root = action.input_root_digest
         for attempt in (1, 2):
             if self._prefetch is not None:
                 self._prefetch(root)
@@ -228,9 +242,9 @@ class ActionExecutor:
         raise AssertionError("unreachable")
 
     async def _execute(
-        self, command: re_pb2.Command, wd: Path, sandbox: Sandbox, timeout: float
+        self, command: CommandInfo, wd: Path, sandbox: Sandbox, timeout: float
     ) -> tuple[int, bool]:
-        env = {v.name: v.value for v in command.environment_variables}
+        env = dict(command.environment)
         argv = list(command.arguments)
         with open(sandbox.stdout, "wb") as out, open(sandbox.stderr, "wb") as err:
             try:
@@ -270,16 +284,18 @@ class ActionExecutor:
 
     def _collect(
         self,
-        command: re_pb2.Command,
+        command: CommandInfo,
         wd: Path,
         sandbox: Sandbox,
         fn: DigestFunction,
         exit_code: int,
-    ) -> re_pb2.ActionResult:
+    ) -> ActionResultInfo:
         store = _Recorder(self._output_store)
-        result = re_pb2.ActionResult(exit_code=exit_code)
-        result.stdout_digest.CopyFrom(digest_to_pb(store.put_file(sandbox.stdout, function=fn)))
-        result.stderr_digest.CopyFrom(digest_to_pb(store.put_file(sandbox.stderr, function=fn)))
+        stdout = store.put_file(sandbox.stdout, function=fn)
+        stderr = store.put_file(sandbox.stderr, function=fn)
+        files: list[OutputFileInfo] = []
+        symlinks: list[OutputSymlinkInfo] = []
+        directories: list[OutputDirectoryInfo] = []
         if command.output_paths:
             wanted: Iterable[tuple[str, str]] = ((p, "any") for p in command.output_paths)
         else:
@@ -293,8 +309,7 @@ class ActionExecutor:
             except FileNotFoundError:
                 continue
             if stat.S_ISLNK(st.st_mode) and kind == "any":
-                target = os.readlink(path)
-                result.output_symlinks.add(path=rel, target=target)
+                symlinks.append(OutputSymlinkInfo(path=rel, target=os.readlink(path)))
                 continue
             if stat.S_ISLNK(st.st_mode):
                 # v2.0 clients expect the content of a symlinked output, not the link.
@@ -304,27 +319,29 @@ class ActionExecutor:
                     continue
             if stat.S_ISREG(st.st_mode):
                 d = store.put_file(path, function=fn)
-                result.output_files.add(
-                    path=rel, digest=digest_to_pb(d), is_executable=bool(st.st_mode & 0o111)
+                files.append(
+                    OutputFileInfo(path=rel, digest=d, is_executable=bool(st.st_mode & 0o111))
                 )
             elif stat.S_ISDIR(st.st_mode):
                 root = tree_from_path(store, path, function=fn)
-                dirs = collect_directories(store, root)
-                tree = re_pb2.Tree(root=dirs[0], children=dirs[1:])
-                td = store.put_message(tree, fn)
-                result.output_directories.add(
-                    path=rel, tree_digest=digest_to_pb(td), root_directory_digest=digest_to_pb(root)
+                tree = tree_blob(collect_directories(store, root))
+                td = store.put(tree, function=fn)
+                directories.append(
+                    OutputDirectoryInfo(path=rel, tree_digest=td, root_directory_digest=root)
                 )
         if self._upload is not None:
             self._upload(sorted(set(store.stored), key=lambda d: d.hash))
-        return result
+        return ActionResultInfo(
+            exit_code=exit_code,
+            stdout_digest=stdout,
+            stderr_digest=stderr,
+            output_files=tuple(files),
+            output_symlinks=tuple(symlinks),
+            output_directories=tuple(directories),
+        )
 
 
-def _output_paths(command: re_pb2.Command) -> list[str]:
+def _output_paths(command: CommandInfo) -> list[str]:
     if command.output_paths:
         return list(command.output_paths)
     return [*command.output_files, *command.output_directories]
-
-
-def _stamp(ts: timestamp_pb2.Timestamp) -> None:
-    ts.FromNanoseconds(time.time_ns())

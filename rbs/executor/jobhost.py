@@ -42,8 +42,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
-from rbs.cas.digests import digest_to_pb, function_to_pb
 from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError
@@ -51,6 +49,15 @@ from rbs.executor.jobfiles import RunDirs
 from rbs.executor.jobrun import HostSetup, LeaseRun, RunResult, execute
 from rbs.executor.jobship import LogShipper
 from rbs.model import Digest, JobState, KillReason, LogLine, LogStream
+from rbs.wire.workers_jobs import (
+    JobFinishedReport,
+    JobLeaseInfo,
+    JobOrder,
+    JobReport,
+    JobStartedReport,
+    KillOrder,
+    LogAck,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +93,7 @@ class JobHost:
         *,
         work_dir: Path,
         store: BlobStore,
-        send: Callable[[w_pb2.WorkerMessage], None],
+        send: Callable[[JobReport], None],
         connected: Callable[[], bool],
         slots: int,
         hostname: str,
@@ -160,24 +167,23 @@ class JobHost:
                 run.finished_sent = True
             self._maybe_forget(run)
 
-    def unsent(self, msg: w_pb2.WorkerMessage) -> None:
+    def unsent(self, report: JobFinishedReport) -> None:
         """The worker could not write this JobFinished to the stream: hold it again."""
-        lease_id = msg.job_finished.lease_id
+        lease_id = report.lease_id
         run = self._runs.get(lease_id) or self._forgotten.pop(lease_id, None)
         if run is not None and run.finished is not None:
             run.finished_sent = False
             self._runs[lease_id] = run
 
-    async def handle(self, msg: w_pb2.ServerMessage) -> None:
-        kind = msg.WhichOneof("kind")
-        if kind == "job_lease":
-            self._accept(msg.job_lease)
-        elif kind == "kill_job":
-            self._kill(msg.kill_job)
-        elif kind == "ack":
-            run = self._runs.get(msg.ack.lease_id)
+    async def handle(self, order: JobOrder) -> None:
+        if isinstance(order, JobLeaseInfo):
+            self._accept(order)
+        elif isinstance(order, KillOrder):
+            self._kill(order)
+        elif isinstance(order, LogAck):
+            run = self._runs.get(order.lease_id)
             if run is not None and run.shipper is not None:
-                run.shipper.ack(msg.ack.log_seq)
+                run.shipper.ack(order.log_seq)
                 self._maybe_forget(run)
 
     async def stop(self) -> None:
@@ -202,7 +208,7 @@ class JobHost:
 
     # ------------------------------------------------------------------ leases and kills
 
-    def _accept(self, lease: w_pb2.JobLease) -> None:
+    def _accept(self, lease: JobLeaseInfo) -> None:
         if lease.lease_id in self._runs:
             log.info("lease %s is already here; ignoring the repeat", lease.lease_id)
             return
@@ -216,7 +222,7 @@ class JobHost:
         self._runs[lease.lease_id] = run
         run.task = asyncio.create_task(self._lifecycle(run), name=f"job-{lease.lease_id}")
 
-    def _kill(self, kill: w_pb2.KillJob) -> None:
+    def _kill(self, kill: KillOrder) -> None:
         run = self._runs.get(kill.lease_id)
         if run is None or run.finished is not None:
             log.info("kill for %s, which no longer runs here (%s)", kill.lease_id, kill.reason)
@@ -347,15 +353,16 @@ class JobHost:
         if runner is None or runner.pid is None or runner.finished.is_set():
             return  # over already: its JobFinished says everything
         lease = run.lease
-        msg = w_pb2.JobStarted(
-            lease_id=lease.lease_id,
-            job_id=lease.job_id,
-            task_index=lease.task_index,
-            attempt=lease.attempt,
-            pid=runner.pid,
+        self._send(
+            JobStartedReport(
+                lease_id=lease.lease_id,
+                job_id=lease.job_id,
+                task_index=lease.task_index,
+                attempt=lease.attempt,
+                pid=runner.pid,
+                started_at=started_at,
+            )
         )
-        msg.started_at.FromNanoseconds(int(started_at * 1e9))
-        self._send(w_pb2.WorkerMessage(job_started=msg))
 
     def _sys(self, run: LeaseRun, text: str) -> None:
         if run.spool is None or run.shipper is None:
@@ -365,7 +372,7 @@ class JobHost:
             run.shipper.spool = run.spool
         run.shipper.on_lines(run.spool.append([(LogStream.SYS, text, True)]))
 
-    def _report(self, run: LeaseRun, result: RunResult) -> w_pb2.WorkerMessage:
+    def _report(self, run: LeaseRun, result: RunResult) -> JobFinishedReport:
         outcome = result.outcome
         if result.problem is not None:
             self._sys(run, result.problem)
@@ -385,7 +392,7 @@ class JobHost:
             code, sig = 128 + outcome.signal, outcome.signal
         else:
             code, sig = outcome.exit_code or 0, 0
-        msg = _finished(
+        return _finished(
             run.lease,
             state,
             code,
@@ -393,14 +400,8 @@ class JobHost:
             peak=outcome.peak_memory_bytes or 0,
             oom=outcome.oom_kills > 0,
             message="" if outcome.state is JobState.COMPLETED else outcome.describe(),
+            trees=result,
         )
-        fin = msg.job_finished
-        fin.digest_function = function_to_pb(result.function)
-        if result.trees.outputs is not None:
-            fin.output_tree_digest.CopyFrom(digest_to_pb(result.trees.outputs))
-        if result.trees.checkpoint is not None:
-            fin.checkpoint_tree_digest.CopyFrom(digest_to_pb(result.trees.checkpoint))
-        return msg
 
     def _maybe_forget(self, run: LeaseRun) -> None:
         """Drop a reported run once every log line is acknowledged (or nothing is left
@@ -432,7 +433,7 @@ class JobHost:
 
 
 def _finished(
-    lease: w_pb2.JobLease,
+    lease: JobLeaseInfo,
     state: str,
     exit_code: int,
     *,
@@ -440,8 +441,10 @@ def _finished(
     peak: int = 0,
     oom: bool = False,
     message: str = "",
-) -> w_pb2.WorkerMessage:
-    fin = w_pb2.JobFinished(
+    trees: RunResult | None = None,
+) -> JobFinishedReport:
+    """The report of a run; with `trees`, the run's stored outputs and checkpoint too."""
+    return JobFinishedReport(
         lease_id=lease.lease_id,
         job_id=lease.job_id,
         task_index=lease.task_index,
@@ -452,9 +455,11 @@ def _finished(
         peak_memory_bytes=peak,
         oom_killed=oom,
         message=message,
+        finished_at_ns=time.time_ns(),
+        digest_function=trees.function if trees is not None else None,
+        output_tree=trees.trees.outputs if trees is not None else None,
+        checkpoint_tree=trees.trees.checkpoint if trees is not None else None,
     )
-    fin.finished_at.FromNanoseconds(time.time_ns())
-    return w_pb2.WorkerMessage(job_finished=fin)
 
 
 def cgroup_scope(worker_id: str) -> str:

@@ -17,8 +17,6 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
-from rbs.cas.digests import digest_from_pb, function_from_pb
 from rbs.cas.errors import CasError
 from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles
@@ -29,7 +27,7 @@ from rbs.executor.jobproc import JobRunner
 from rbs.executor.jobship import LogShipper
 from rbs.executor.jobspec import JobOutcome, JobSpec
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction, JobManifest, KillReason, LogStream
-from rbs.wire.workers import lease_manifest
+from rbs.wire.workers_jobs import JobFinishedReport, JobLeaseInfo
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +35,7 @@ log = logging.getLogger(__name__)
 class LeaseRun:
     """One lease on this worker, from its arrival until it is reported and acknowledged."""
 
-    def __init__(self, lease: w_pb2.JobLease, dirs: RunDirs) -> None:
+    def __init__(self, lease: JobLeaseInfo, dirs: RunDirs) -> None:
         self.lease = lease
         self.dirs = dirs
         self.spool: LogSpool | None = None
@@ -48,12 +46,12 @@ class LeaseRun:
         self.has_slot = False
         self.kill: tuple[KillReason, str, str] | None = None  # reason, message, state
         self.start_reported = False
-        self.finished: w_pb2.WorkerMessage | None = None
+        self.finished: JobFinishedReport | None = None
         self.finished_sent = False
 
     @property
     def lease_id(self) -> str:
-        return str(self.lease.lease_id)
+        return self.lease.lease_id
 
     @property
     def held(self) -> bool:
@@ -92,20 +90,21 @@ def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
     def note(text: str) -> None:
         sink(spool.append([(LogStream.SYS, text, True)]))
 
-    try:
-        manifest = lease_manifest(lease)
-        fn = function_of(lease.digest_function)
-    except ValueError as e:
-        return RunResult(problem=f"cannot read the job lease: {e}")
+    manifest = lease.manifest
+    if manifest is None or lease.unreadable is not None:
+        return RunResult(problem=f"cannot read the job lease: {lease.unreadable}")
+    fn = lease.function
     if run.kill is not None:
         note(f"{run.kill[1]} before the job started; not starting it")
         return RunResult(function=fn)
+    if lease.bad_digest is not None:
+        return RunResult(problem=f"cannot prepare the job: {lease.bad_digest}", function=fn)
     try:
         notes = jobfiles.prepare(
             host.store,
             dirs,
-            input_root=lease_digest(lease, "input_root_digest", fn),
-            checkpoint=lease_digest(lease, "checkpoint_digest", fn),
+            input_root=lease.input_root,
+            checkpoint=lease.checkpoint,
             checkpoint_dir=manifest.checkpoint_dir,
             prefetch=host.prefetch,
         )
@@ -147,18 +146,17 @@ def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
     return RunResult(outcome=outcome, trees=trees, function=fn)
 
 
-def job_spec(
-    lease: w_pb2.JobLease, manifest: JobManifest, dirs: RunDirs, host: HostSetup
-) -> JobSpec:
+def job_spec(lease: JobLeaseInfo, manifest: JobManifest, dirs: RunDirs, host: HostSetup) -> JobSpec:
     env = jobfiles.base_env(dirs, host.env)
-    env.update(lease.env)  # the scheduler's variables are complete and win
+    scheduler_env = dict(lease.env)
+    env.update(scheduler_env)  # the scheduler's variables are complete and win
     res = manifest.resources
     return JobSpec(
         job_id=lease.job_id,
         argv=manifest.command,
         workdir=dirs.work,
         env=env,
-        task_id=lease.env.get("RBS_TASK_ID") if lease.task_index >= 0 else None,
+        task_id=scheduler_env.get("RBS_TASK_ID") if lease.task_index >= 0 else None,
         attempt=max(1, lease.attempt),
         cpus=res.cpu_millis / 1000,
         memory_bytes=res.memory_bytes,
@@ -167,18 +165,3 @@ def job_spec(
         grace_s=host.grace_s,
         outputs=(),  # collected by jobfiles.collect, into one tree
     )
-
-
-def function_of(value: int) -> DigestFunction:
-    """A lease's digest function; unset means rbs's default. InvalidDigest (a ValueError)
-    names the supported ones when the lease names another."""
-    return function_from_pb(value) or DEFAULT_FUNCTION
-
-
-def lease_digest(lease: w_pb2.JobLease, field: str, fn: DigestFunction) -> Digest | None:
-    if not lease.HasField(field):
-        return None
-    d = getattr(lease, field)
-    if not d.hash:
-        return None
-    return digest_from_pb(d, fn)

@@ -17,10 +17,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs.executor.joblog import LogSpool, LogSpoolError
 from rbs.model import LogLine
-from rbs.wire.logs import line_to_pb
+from rbs.wire.workers_jobs import JobLeaseInfo, JobReport, LogBatch
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +35,10 @@ class LogShipper:
 
     def __init__(
         self,
-        lease: w_pb2.JobLease,
+        lease: JobLeaseInfo,
         spool: LogSpool | None,
         *,
-        send: Callable[[w_pb2.WorkerMessage], None],
+        send: Callable[[JobReport], None],
         connected: Callable[[], bool],
     ) -> None:
         self._lease = lease
@@ -112,14 +111,12 @@ class LogShipper:
                     self.sent = self.acked = self.last
                     break
             self._send(
-                w_pb2.WorkerMessage(
-                    log_lines=w_pb2.LogLines(
-                        job_id=self._lease.job_id,
-                        task_index=self._lease.task_index,
-                        attempt=self._lease.attempt,
-                        lease_id=self._lease.lease_id,
-                        lines=[line_to_pb(x) for x in batch],
-                    )
+                LogBatch(
+                    lease_id=self._lease.lease_id,
+                    job_id=self._lease.job_id,
+                    task_index=self._lease.task_index,
+                    attempt=self._lease.attempt,
+                    lines=tuple(batch),
                 )
             )
             self.sent = batch[-1].seq

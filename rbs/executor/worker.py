@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -27,15 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from google.rpc import code_pb2, status_pb2
 
 from rbs import __version__
-from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
-from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
-from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
-from rbs.cas.digests import digest_from_pb, function_from_pb
 from rbs.cas.disk import DiskStore
-from rbs.cas.errors import InvalidDigest
 from rbs.cas.store import CHUNK
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionExecutor, ActionOutcome
@@ -43,7 +38,7 @@ from rbs.executor.cgroups import detect
 from rbs.executor.jobhost import JobHost, cgroup_scope
 from rbs.executor.machine import machine_resources
 from rbs.model import Digest, DigestFunction
-from rbs.wire.auth import auth_metadata
+from rbs.wire.actions import directory_children
 from rbs.wire.reapi_client import (
     RemoteError,
     RemoteStore,
@@ -52,6 +47,20 @@ from rbs.wire.reapi_client import (
     parse_target,
 )
 from rbs.wire.workers import WORKERS_PROTOCOL
+from rbs.wire.workers_actions import (
+    ActionFinishedReport,
+    ActionLeaseInfo,
+    ActionStartedReport,
+    CancelOrder,
+)
+from rbs.wire.workers_jobs import JobFinishedReport, JobLeaseInfo, JobOrder, KillOrder, LogAck
+from rbs.wire.workers_session import (
+    HeartbeatReport,
+    RegisteredInfo,
+    Registration,
+    WorkerReport,
+)
+from rbs.wire.workers_stream import WorkerStream
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +126,7 @@ def _default_address(hostname: str) -> str:
         return "127.0.0.1"
 
 
-JobHandler = Callable[[w_pb2.ServerMessage], Awaitable[None]]
+JobHandler = Callable[[JobOrder], Awaitable[None]]
 
 
 class Worker:
@@ -128,7 +137,7 @@ class Worker:
         machine = machine_resources()
         hostname = socket.gethostname()
         cpus = config.cpus if config.cpus is not None else machine.cpus
-        self.register = w_pb2.Register(
+        self.register = Registration(
             worker_id=worker_id_for(config.work_dir),
             name=config.name or hostname,
             hostname=hostname,
@@ -137,10 +146,10 @@ class Worker:
             memory_bytes=(
                 config.memory_bytes if config.memory_bytes is not None else machine.memory_bytes
             ),
-            gpu_ids=config.gpu_ids if config.gpu_ids is not None else machine.gpu_ids,
+            gpu_ids=tuple(config.gpu_ids if config.gpu_ids is not None else machine.gpu_ids),
             build_slots=config.build_slots if config.build_slots is not None else cpus,
             job_slots=config.job_slots if config.job_slots is not None else cpus,
-            container_runtimes=machine.container_runtimes,
+            container_runtimes=tuple(machine.container_runtimes),
             version=__version__,
             protocol_version=WORKERS_PROTOCOL,
         )
@@ -166,8 +175,8 @@ class Worker:
         self.job_handler: JobHandler | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
         # Results of leases that ended while no stream was open; sent after reconnecting.
-        self._unsent: dict[str, w_pb2.WorkerMessage] = {}
-        self._outbox: asyncio.Queue[w_pb2.WorkerMessage] | None = None
+        self._unsent: dict[str, ActionFinishedReport] = {}
+        self._outbox: asyncio.Queue[WorkerReport] | None = None
         self._stopping = asyncio.Event()
         self.connected = asyncio.Event()
         self.jobs: JobHost | None = None
@@ -196,7 +205,7 @@ class Worker:
             while not self._stopping.is_set():
                 async with grpc.aio.insecure_channel(target, options=channel_options()) as ch:
                     try:
-                        registered = await self._session(w_grpc.WorkersStub(ch))
+                        registered = await self._session(WorkerStream(ch, self.config.token))
                     except grpc.aio.AioRpcError as e:
                         if e.code() in (
                             grpc.StatusCode.UNAUTHENTICATED,
@@ -244,29 +253,27 @@ class Worker:
 
     # ------------------------------------------------------------------ the stream
 
-    async def _session(self, stub: w_grpc.WorkersStub) -> bool:
+    async def _session(self, stream: WorkerStream) -> bool:
         """One Connect stream; returns whether it got as far as being registered."""
-        register = w_pb2.Register()
-        register.CopyFrom(self.register)
-        register.held_action_leases.extend(sorted({*self._running, *self._unsent}))
-        if self.jobs is not None:
-            register.held_job_leases.extend(self.jobs.held_leases())
-        call = stub.Connect(metadata=auth_metadata(self.config.token))
-        outbox: asyncio.Queue[w_pb2.WorkerMessage] = asyncio.Queue()
-        await call.write(w_pb2.WorkerMessage(register=register))
+        register = dataclasses.replace(
+            self.register,
+            held_action_leases=tuple(sorted({*self._running, *self._unsent})),
+            held_job_leases=tuple(self.jobs.held_leases()) if self.jobs is not None else (),
+        )
+        outbox: asyncio.Queue[WorkerReport] = asyncio.Queue()
+        await stream.write(register)
         try:
-            first = await asyncio.wait_for(call.read(), _REGISTER_TIMEOUT_S)
+            first = await asyncio.wait_for(stream.read(), _REGISTER_TIMEOUT_S)
         except TimeoutError:
-            call.cancel()
+            stream.cancel()
             raise WorkerError(
                 f"the server at {self.config.server} did not answer Register within "
                 f"{_REGISTER_TIMEOUT_S:g}s: is it an rbs server with remote execution?"
             ) from None
-        # The stream's end reads as grpc.aio.EOF, which is no ServerMessage.
-        if not isinstance(first, w_pb2.ServerMessage) or not first.HasField("registered"):
-            await call.done_writing()
+        if not isinstance(first, RegisteredInfo):  # the stream ended, or something else came
+            await stream.done_writing()
             return False
-        interval = first.registered.heartbeat_interval.ToTimedelta().total_seconds() or 5.0
+        interval = first.heartbeat_interval_s or 5.0
         log.info("registered with %s as %s", self.config.server, self.worker_id)
         for msg in self._unsent.values():
             outbox.put_nowait(msg)
@@ -275,11 +282,11 @@ class Worker:
         self.connected.set()
         if self.jobs is not None:
             self.jobs.on_connected()  # unacknowledged log lines, then held JobFinished
-        writer = asyncio.create_task(self._write(call, outbox))
+        writer = asyncio.create_task(self._write(stream, outbox))
         beat = asyncio.create_task(self._heartbeat(outbox, interval))
         stop = asyncio.create_task(self._stopping.wait())
         try:
-            reader = asyncio.create_task(self._read(call))
+            reader = asyncio.create_task(self._read(stream))
             done, _ = await asyncio.wait(
                 {reader, writer, stop}, return_when=asyncio.FIRST_COMPLETED
             )
@@ -295,118 +302,99 @@ class Worker:
             # Whatever the writer had not sent yet goes out after the next Register.
             while not outbox.empty():
                 self._keep_unsent(outbox.get_nowait())
-            call.cancel()
+            stream.cancel()
         return True
 
-    async def _write(
-        self,
-        call: grpc.aio.StreamStreamCall[w_pb2.WorkerMessage, w_pb2.ServerMessage],
-        outbox: asyncio.Queue[w_pb2.WorkerMessage],
-    ) -> None:
+    async def _write(self, stream: WorkerStream, outbox: asyncio.Queue[WorkerReport]) -> None:
         while True:
-            msg = await outbox.get()
+            report = await outbox.get()
             try:
-                await call.write(msg)
+                await stream.write(report)
             except BaseException:
-                self._keep_unsent(msg)
+                self._keep_unsent(report)
                 raise
 
-    def _keep_unsent(self, msg: w_pb2.WorkerMessage) -> None:
-        """A message no stream took: results are kept for the next one, the rest dropped."""
-        kind = msg.WhichOneof("kind")
-        if kind == "action_finished":
-            self._unsent[msg.action_finished.lease_id] = msg
-        elif kind == "job_finished" and self.jobs is not None:
-            self.jobs.unsent(msg)
+    def _keep_unsent(self, report: WorkerReport) -> None:
+        """A report no stream took: results are kept for the next one, the rest dropped."""
+        if isinstance(report, ActionFinishedReport):
+            self._unsent[report.lease_id] = report
+        elif isinstance(report, JobFinishedReport) and self.jobs is not None:
+            self.jobs.unsent(report)
 
-    async def _heartbeat(self, outbox: asyncio.Queue[w_pb2.WorkerMessage], interval: float) -> None:
+    async def _heartbeat(self, outbox: asyncio.Queue[WorkerReport], interval: float) -> None:
         while True:
             outbox.put_nowait(
-                w_pb2.WorkerMessage(
-                    heartbeat=w_pb2.Heartbeat(
-                        build_slots_used=len(self._running),
-                        job_slots_used=self.jobs.slots_used() if self.jobs is not None else 0,
-                        load1=os.getloadavg()[0],
-                    )
+                HeartbeatReport(
+                    build_slots_used=len(self._running),
+                    job_slots_used=self.jobs.slots_used() if self.jobs is not None else 0,
+                    load1=os.getloadavg()[0],
                 )
             )
             await asyncio.sleep(interval)
 
-    async def _read(
-        self, call: grpc.aio.StreamStreamCall[w_pb2.WorkerMessage, w_pb2.ServerMessage]
-    ) -> None:
+    async def _read(self, stream: WorkerStream) -> None:
         while True:
-            msg = await call.read()
-            if not isinstance(msg, w_pb2.ServerMessage):
-                return  # grpc.aio.EOF: the server closed the stream
-            kind = msg.WhichOneof("kind")
-            if kind == "action_lease":
-                self._start(msg.action_lease)
-            elif kind == "cancel_action":
-                task = self._running.get(msg.cancel_action.lease_id)
+            order = await stream.read()
+            if order is None:
+                return  # the server closed the stream
+            if isinstance(order, ActionLeaseInfo):
+                self._start(order)
+            elif isinstance(order, CancelOrder):
+                task = self._running.get(order.lease_id)
                 if task is not None:
-                    log.info(
-                        "cancelling %s: %s", msg.cancel_action.lease_id, msg.cancel_action.reason
-                    )
+                    log.info("cancelling %s: %s", order.lease_id, order.reason)
                     task.cancel()
-            elif kind in ("job_lease", "kill_job", "ack"):
+            elif isinstance(order, JobLeaseInfo | KillOrder | LogAck):
                 if self.job_handler is not None:
-                    await self.job_handler(msg)
+                    await self.job_handler(order)
                 else:
-                    log.warning("the server sent %s but this worker runs no jobs", kind)
+                    log.warning(
+                        "the server sent %s but this worker runs no jobs", type(order).__name__
+                    )
 
-    def send(self, msg: w_pb2.WorkerMessage) -> None:
-        """Queue a message for the server (dropped with a warning when disconnected,
+    def send(self, report: WorkerReport) -> None:
+        """Queue a report for the server (dropped with a warning when disconnected,
         except results, which are kept until the next stream)."""
         if self._outbox is not None:
-            self._outbox.put_nowait(msg)
-        elif msg.WhichOneof("kind") == "action_finished":
-            self._unsent[msg.action_finished.lease_id] = msg
+            self._outbox.put_nowait(report)
+        elif isinstance(report, ActionFinishedReport):
+            self._unsent[report.lease_id] = report
         else:
-            log.debug("not connected; dropped a %s message", msg.WhichOneof("kind"))
+            log.debug("not connected; dropped a %s", type(report).__name__)
 
     # ------------------------------------------------------------------ actions
 
-    def _start(self, lease: w_pb2.ActionLease) -> None:
+    def _start(self, lease: ActionLeaseInfo) -> None:
         if lease.lease_id in self._running:
             return  # a duplicate after a reconnect
         task = asyncio.create_task(self._run_action(lease), name=lease.lease_id)
         self._running[lease.lease_id] = task
         task.add_done_callback(lambda _t: self._running.pop(lease.lease_id, None))
 
-    async def _run_action(self, lease: w_pb2.ActionLease) -> None:
-        try:
-            fn = function_from_pb(lease.digest_function)
-        except InvalidDigest:  # unsupported: like unset, the outcome below says so
-            fn = None
-        self.send(w_pb2.WorkerMessage(action_started=w_pb2.ActionStarted(lease_id=lease.lease_id)))
-        if fn is None:
-            outcome = ActionOutcome(
-                code=code_pb2.INVALID_ARGUMENT,
-                message=f"digest function {lease.digest_function} is not supported by this worker",
-            )
+    async def _run_action(self, lease: ActionLeaseInfo) -> None:
+        self.send(ActionStartedReport(lease_id=lease.lease_id))
+        digest = lease.action_digest
+        if digest is None:
+            outcome = ActionOutcome(code=grpc.StatusCode.INVALID_ARGUMENT, message=lease.problem)
         else:
-            digest = digest_from_pb(lease.action_digest, fn)
-            timeout = lease.timeout.ToTimedelta().total_seconds()
             name = re.sub(r"[^A-Za-z0-9_.-]", "_", lease.lease_id)
             log.info("running %s (%s, attempt %d)", lease.operation_name, digest, lease.attempt)
             try:
-                outcome = await self._run_with_retries(digest, name, timeout)
+                outcome = await self._run_with_retries(digest, name, lease.timeout_s)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 log.exception("action %s failed on this worker", digest)
                 outcome = ActionOutcome(
-                    code=code_pb2.INTERNAL,
+                    code=grpc.StatusCode.INTERNAL,
                     message=f"worker {self.worker_id}: {type(e).__name__}: {e}",
                 )
         self.send(
-            w_pb2.WorkerMessage(
-                action_finished=w_pb2.ActionFinished(
-                    lease_id=lease.lease_id,
-                    status=status_pb2.Status(code=outcome.code, message=outcome.message),
-                    result=outcome.result,
-                )
+            ActionFinishedReport(
+                lease_id=lease.lease_id,
+                code=outcome.code,
+                message=outcome.message,
+                result=outcome.result,
             )
         )
 
@@ -448,9 +436,9 @@ class Worker:
             self._fetch(level)
             below: list[Digest] = []
             for d in level:
-                directory = self.local.get_message(d, re_pb2.Directory())
-                files.update(digest_from_pb(f.digest, d.function) for f in directory.files)
-                below.extend(digest_from_pb(s.digest, d.function) for s in directory.directories)
+                children, subdirectories = directory_children(self.local.get(d), d.function)
+                files.update(children)
+                below.extend(subdirectories)
             level = below
         self._fetch(sorted(files, key=lambda d: d.hash))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.rpc import code_pb2
@@ -12,13 +13,32 @@ from reapi_actions import make_action
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.cas.memory import MemoryStore
 from rbs.cas.tree import walk_tree
-from rbs.executor.action_runner import ActionExecutor
+from rbs.executor.action_runner import ActionExecutor, ActionOutcome
 from rbs.model import Digest, DigestFunction
+from rbs.wire.workers_actions import ActionFinishedReport, action_finished_to_pb
 
 
-def _run(store: MemoryStore, tmp_path: Path, digest: Digest, **kw: object) -> object:
+@dataclass(frozen=True)
+class _Sent:
+    """An outcome as the worker's ActionFinished carries it to the server."""
+
+    code: int
+    message: str
+    result: re_pb2.ActionResult
+
+
+def _sent(outcome: ActionOutcome) -> _Sent:
+    pb = action_finished_to_pb(
+        ActionFinishedReport(
+            lease_id="a1", code=outcome.code, message=outcome.message, result=outcome.result
+        )
+    )
+    return _Sent(code=pb.status.code, message=pb.status.message, result=pb.result)
+
+
+def _run(store: MemoryStore, tmp_path: Path, digest: Digest, **kw: float) -> _Sent:
     runner = ActionExecutor(store, tmp_path / "work", worker_name="w1")
-    return asyncio.run(runner.run(digest, name="a1", **kw))  # type: ignore[arg-type]
+    return _sent(asyncio.run(runner.run(digest, name="a1", **kw)))
 
 
 def _blob(
@@ -43,8 +63,8 @@ def test_runs_in_sandbox_with_exact_env_and_collects_outputs(
         working_directory="pkg",
     )
     outcome = _run(store, tmp_path, digest)
-    assert outcome.code == code_pb2.OK, outcome.message  # type: ignore[attr-defined]
-    result: re_pb2.ActionResult = outcome.result  # type: ignore[attr-defined]
+    assert outcome.code == code_pb2.OK, outcome.message
+    result: re_pb2.ActionResult = outcome.result
     assert result.exit_code == 0
     files = {f.path: f for f in result.output_files}
     assert set(files) == {"out/a.txt", "out/env.txt", "out/pwd.txt"}
@@ -80,7 +100,7 @@ def test_v20_output_files_and_directories(store: MemoryStore, tmp_path: Path) ->
         function=DigestFunction.SHA256,
     )
     outcome = _run(store, tmp_path, digest)
-    result = outcome.result  # type: ignore[attr-defined]
+    result = outcome.result
     assert [f.path for f in result.output_files] == ["gen/f.txt"]
     assert [d.path for d in result.output_directories] == ["gen/tree"]
     assert _blob(store, result.output_files[0].digest, DigestFunction.SHA256) == b"f\n"
@@ -89,14 +109,14 @@ def test_v20_output_files_and_directories(store: MemoryStore, tmp_path: Path) ->
 def test_nonzero_exit_is_a_result_not_an_error(store: MemoryStore, tmp_path: Path) -> None:
     digest = make_action(store, ["/bin/sh", "-c", "echo oops >&2; exit 3"])
     outcome = _run(store, tmp_path, digest)
-    assert outcome.code == code_pb2.OK  # type: ignore[attr-defined]
-    assert outcome.result.exit_code == 3  # type: ignore[attr-defined]
+    assert outcome.code == code_pb2.OK
+    assert outcome.result.exit_code == 3
 
 
 def test_missing_program_exits_127_with_reason(store: MemoryStore, tmp_path: Path) -> None:
     digest = make_action(store, ["no-such-program-xyz"])
     outcome = _run(store, tmp_path, digest)
-    result = outcome.result  # type: ignore[attr-defined]
+    result = outcome.result
     assert result.exit_code == 127
     assert b"no-such-program-xyz" in _blob(store, result.stderr_digest)
 
@@ -107,9 +127,9 @@ def test_timeout_kills_the_process_group(store: MemoryStore, tmp_path: Path) -> 
     script = f"(sleep 2; touch {marker}) & echo started; sleep 30"
     digest = make_action(store, ["/bin/sh", "-c", script], timeout_s=1)
     outcome = _run(store, tmp_path, digest)
-    assert outcome.code == code_pb2.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
-    assert "timeout" in outcome.message  # type: ignore[attr-defined]
-    assert _blob(store, outcome.result.stdout_digest) == b"started\n"  # type: ignore[attr-defined]
+    assert outcome.code == code_pb2.DEADLINE_EXCEEDED
+    assert "timeout" in outcome.message
+    assert _blob(store, outcome.result.stdout_digest) == b"started\n"
     import time
 
     deadline = time.monotonic() + 1.5
@@ -121,15 +141,15 @@ def test_timeout_kills_the_process_group(store: MemoryStore, tmp_path: Path) -> 
 def test_paths_escaping_the_sandbox_are_refused(store: MemoryStore, tmp_path: Path) -> None:
     digest = make_action(store, ["/bin/true"], outputs=["../../etc/x"])
     outcome = _run(store, tmp_path, digest)
-    assert outcome.code == code_pb2.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert ".." in outcome.message  # type: ignore[attr-defined]
+    assert outcome.code == code_pb2.INVALID_ARGUMENT
+    assert ".." in outcome.message
 
 
 def test_missing_input_blob_is_failed_precondition(store: MemoryStore, tmp_path: Path) -> None:
     digest = make_action(store, ["/bin/true"], inputs={"x": b"data"})
     store.delete(Digest.of(b"data"))
     outcome = _run(store, tmp_path, digest)
-    assert outcome.code == code_pb2.FAILED_PRECONDITION  # type: ignore[attr-defined]
+    assert outcome.code == code_pb2.FAILED_PRECONDITION
 
 
 def test_cancel_kills_the_command(store: MemoryStore, tmp_path: Path) -> None:
@@ -167,8 +187,8 @@ def test_an_action_writing_to_its_inputs_does_not_poison_the_next(tmp_path: Path
     evil = make_action(disk, ["/bin/sh", "-c", "echo EVIL >> in.txt"], inputs={"in.txt": b"ok\n"})
     reader = make_action(disk, ["/bin/cat", "in.txt"], inputs={"in.txt": b"ok\n"})
     runner = ActionExecutor(disk, tmp_path / "work")
-    assert asyncio.run(runner.run(evil, name="evil")).code == code_pb2.OK
-    outcome = asyncio.run(runner.run(reader, name="reader"))
+    assert _sent(asyncio.run(runner.run(evil, name="evil"))).code == code_pb2.OK
+    outcome = _sent(asyncio.run(runner.run(reader, name="reader")))
     assert outcome.code == code_pb2.OK, outcome.message
     out = outcome.result.stdout_digest
     assert (

@@ -10,14 +10,21 @@ from rbs.executor import jobship
 from rbs.executor.joblog import LogSpool
 from rbs.executor.jobship import LogShipper
 from rbs.model import LogStream
+from rbs.wire.workers_jobs import JobLeaseInfo, JobReport
+from rbs.wire.workers_session import report_to_pb
 
-LEASE = w_pb2.JobLease(lease_id="7_2.1.0", job_id="7", task_index=2, attempt=1)
+LEASE = JobLeaseInfo(lease_id="7_2.1.0", job_id="7", manifest=None, task_index=2, attempt=1)
 
 
 class Wire:
+    """The messages the shipper's reports become on the stream."""
+
     def __init__(self) -> None:
         self.up = True
         self.sent: list[w_pb2.WorkerMessage] = []
+
+    def send(self, report: JobReport) -> None:
+        self.sent.append(report_to_pb(report))
 
     def seqs(self) -> list[int]:
         return [ln.seq for m in self.sent for ln in m.log_lines.lines]
@@ -25,7 +32,7 @@ class Wire:
 
 def _shipper(tmp_path: Path, wire: Wire) -> tuple[LogShipper, LogSpool]:
     spool = LogSpool(tmp_path / "log.jsonl")
-    return LogShipper(LEASE, spool, send=wire.sent.append, connected=lambda: wire.up), spool
+    return LogShipper(LEASE, spool, send=wire.send, connected=lambda: wire.up), spool
 
 
 def _emit(ship: LogShipper, spool: LogSpool, n: int, stream: LogStream = LogStream.OUT) -> None:

@@ -14,14 +14,36 @@ from rbs.executor.cgroup_base import NullBackend
 from rbs.executor.jobhost import JobHost
 from rbs.model import JobManifest
 from rbs.wire.workers import manifest_to_proto
+from rbs.wire.workers_jobs import (
+    JobFinishedReport,
+    JobLeaseInfo,
+    JobOrder,
+    JobReport,
+    KillOrder,
+    LogAck,
+)
+from rbs.wire.workers_session import order_from_pb, report_to_pb
 
 
 class Wire:
-    """What the host sent, and whether a stream is open."""
+    """What the host sent (as the messages the stream carries), and whether a stream is open."""
 
     def __init__(self) -> None:
         self.up = True
         self.sent: list[w_pb2.WorkerMessage] = []
+        self.reports: list[JobReport] = []
+
+    def send(self, report: JobReport) -> None:
+        self.reports.append(report)
+        self.sent.append(report_to_pb(report))
+
+    def clear(self) -> None:
+        self.sent.clear()
+        self.reports.clear()
+
+    def last_finished(self) -> JobFinishedReport:
+        """The last JobFinished report, to hand back as if no stream had taken it."""
+        return [r for r in self.reports if isinstance(r, JobFinishedReport)][-1]
 
     def kinds(self) -> list[str]:
         return [str(m.WhichOneof("kind")) for m in self.sent]
@@ -45,13 +67,20 @@ def _host(tmp_path: Path, wire: Wire, slots: int = 2) -> JobHost:
     return JobHost(
         work_dir=tmp_path / "worker",
         store=MemoryStore(),
-        send=wire.sent.append,
+        send=wire.send,
         connected=lambda: wire.up,
         slots=slots,
         hostname="test-host",
         backend=NullBackend("not needed here"),
         grace_s=1.0,
     )
+
+
+def _order(msg: w_pb2.ServerMessage) -> JobOrder:
+    """A message from the server as the worker's stream reads it."""
+    order = order_from_pb(msg)
+    assert isinstance(order, JobLeaseInfo | KillOrder | LogAck)
+    return order
 
 
 def _lease(job: int, script: str, **manifest: Any) -> w_pb2.ServerMessage:
@@ -84,7 +113,7 @@ def test_lines_then_finished_in_order_and_cleanup_after_ack(tmp_path: Path) -> N
     async def main() -> None:
         wire = Wire()
         host = _host(tmp_path, wire)
-        await host.handle(_lease(1, "echo one; echo two >&2; exit 4"))
+        await host.handle(_order(_lease(1, "echo one; echo two >&2; exit 4")))
         await _until("JobFinished", lambda: wire.finished("1.1.0"))
         fin = wire.finished("1.1.0")
         assert fin is not None
@@ -98,15 +127,16 @@ def test_lines_then_finished_in_order_and_cleanup_after_ack(tmp_path: Path) -> N
         assert host.held_leases() == []
         assert host.slots_used() == 0
         assert (tmp_path / "worker/jobs/1.1.0/log.jsonl").exists()  # until acknowledged
-        await host.handle(w_pb2.ServerMessage(ack=w_pb2.Ack(lease_id="1.1.0", log_seq=seqs[-1])))
+        await host.handle(
+            _order(w_pb2.ServerMessage(ack=w_pb2.Ack(lease_id="1.1.0", log_seq=seqs[-1])))
+        )
         folder = tmp_path / "worker/jobs/1.1.0"
         await _until("the run's folder to be removed", lambda: not folder.exists())
         assert host.held_leases() == []
         # The stream broke before the writer got to the JobFinished: it is held again.
-        finished = next(m for m in wire.sent if m.WhichOneof("kind") == "job_finished")
-        host.unsent(finished)
+        host.unsent(wire.last_finished())
         assert host.held_leases() == ["1.1.0"]
-        wire.sent.clear()
+        wire.clear()
         host.on_connected()
         assert wire.kinds() == ["job_finished"]
         assert host.held_leases() == []
@@ -120,18 +150,22 @@ def test_a_run_ending_while_disconnected_is_held_and_reported_after(tmp_path: Pa
         host = _host(tmp_path, wire)
         gate = tmp_path / "gate"
         await host.handle(
-            _lease(2, f"echo before; while [ ! -e {gate} ]; do sleep 0.01; done; echo after")
+            _order(
+                _lease(2, f"echo before; while [ ! -e {gate} ]; do sleep 0.01; done; echo after")
+            )
         )
         await _until("the first line", lambda: wire.seqs("2.1.0"))
         acked = wire.seqs("2.1.0")[-1]
-        await host.handle(w_pb2.ServerMessage(ack=w_pb2.Ack(lease_id="2.1.0", log_seq=acked)))
+        await host.handle(
+            _order(w_pb2.ServerMessage(ack=w_pb2.Ack(lease_id="2.1.0", log_seq=acked)))
+        )
         wire.up = False
         gate.touch()
         await _until("the run to end", lambda: host.slots_used() == 0)
         await asyncio.sleep(0.1)  # past any batch delay: still nothing may be sent
         assert wire.finished("2.1.0") is None
         assert host.held_leases() == ["2.1.0"]
-        wire.sent.clear()
+        wire.clear()
         wire.up = True
         host.on_connected()
         seqs = wire.seqs("2.1.0")
@@ -142,9 +176,9 @@ def test_a_run_ending_while_disconnected_is_held_and_reported_after(tmp_path: Pa
         assert "after" in texts and "before" not in texts
         assert host.held_leases() == []
         # The writer could not send it after all: it is held again and re-sent.
-        host.unsent(wire.sent[-1])
+        host.unsent(wire.last_finished())
         assert host.held_leases() == ["2.1.0"]
-        wire.sent.clear()
+        wire.clear()
         host.on_connected()
         assert wire.kinds()[-1] == "job_finished"
 
@@ -155,12 +189,12 @@ def test_kill_ends_the_run_with_the_schedulers_reason(tmp_path: Path) -> None:
     async def main() -> None:
         wire = Wire()
         host = _host(tmp_path, wire)
-        await host.handle(_lease(3, 'trap "echo term; exit 1" TERM; sleep 30 & wait'))
+        await host.handle(_order(_lease(3, 'trap "echo term; exit 1" TERM; sleep 30 & wait')))
         await _until("the start report", lambda: "job_started" in wire.kinds())
         started = next(m.job_started for m in wire.sent if m.WhichOneof("kind") == "job_started")
         assert started.pid > 0 and started.lease_id == "3.1.0"
         kill = w_pb2.KillJob(lease_id="3.1.0", job_id="3", reason="timeout")
-        await host.handle(w_pb2.ServerMessage(kill_job=kill))
+        await host.handle(_order(w_pb2.ServerMessage(kill_job=kill)))
         await _until("JobFinished", lambda: wire.finished("3.1.0"))
         fin = wire.finished("3.1.0")
         assert fin is not None and fin.state == "TIMEOUT"
@@ -176,16 +210,16 @@ def test_never_more_runs_than_slots(tmp_path: Path) -> None:
         wire = Wire()
         host = _host(tmp_path, wire, slots=1)
         gate = tmp_path / "gate"
-        await host.handle(_lease(4, f"while [ ! -e {gate} ]; do sleep 0.01; done"))
-        await host.handle(_lease(5, "echo second"))
-        await host.handle(_lease(6, "echo third"))
+        await host.handle(_order(_lease(4, f"while [ ! -e {gate} ]; do sleep 0.01; done")))
+        await host.handle(_order(_lease(5, "echo second")))
+        await host.handle(_order(_lease(6, "echo third")))
         await _until("the first to start", lambda: "job_started" in wire.kinds())
         await asyncio.sleep(0.2)
         assert wire.kinds().count("job_started") == 1  # the others wait for the slot
         assert host.slots_used() == 1
         assert host.held_leases() == ["4.1.0", "5.1.0", "6.1.0"]
         # A waiting run that is killed never starts.
-        await host.handle(w_pb2.ServerMessage(kill_job=w_pb2.KillJob(lease_id="6.1.0")))
+        await host.handle(_order(w_pb2.ServerMessage(kill_job=w_pb2.KillJob(lease_id="6.1.0"))))
         await _until("the killed run to report", lambda: wire.finished("6.1.0"))
         fin6 = wire.finished("6.1.0")
         assert fin6 is not None and fin6.state == "CANCELLED"
@@ -204,8 +238,8 @@ def test_a_repeated_lease_runs_once(tmp_path: Path) -> None:
         host = _host(tmp_path, wire)
         marker = tmp_path / "runs"
         lease = _lease(7, f"echo x >> {marker}")
-        await host.handle(lease)
-        await host.handle(lease)
+        await host.handle(_order(lease))
+        await host.handle(_order(lease))
         await _until("JobFinished", lambda: wire.finished("7.1.0"))
         await asyncio.sleep(0.1)
         assert marker.read_text() == "x\n"
@@ -220,7 +254,7 @@ def test_a_bad_manifest_fails_with_a_reason(tmp_path: Path) -> None:
         host = _host(tmp_path, wire)
         msg = _lease(8, "true")
         msg.job_lease.manifest.ClearField("command")
-        await host.handle(msg)
+        await host.handle(_order(msg))
         await _until("JobFinished", lambda: wire.finished("8.1.0"))
         fin = wire.finished("8.1.0")
         assert fin is not None and fin.state == "FAILED" and fin.exit_code == 125
