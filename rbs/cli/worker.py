@@ -180,19 +180,16 @@ def status(server: str | None, as_json: bool) -> None:
         server = local.address if local is not None else DEFAULT_SERVER
     import grpc
 
-    from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
-    from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
-    from rbs.wire.auth import auth_metadata, token_from_env
+    from rbs.wire.auth import token_from_env
     from rbs.wire.reapi_client import connect
+    from rbs.wire.workers_status import query_status, status_dict
 
     try:
         channel = connect(server)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     try:
-        reply = w_grpc.WorkersStub(channel).Status(
-            w_pb2.StatusRequest(), metadata=auth_metadata(token_from_env()), timeout=10
-        )
+        reply = query_status(channel, token=token_from_env(), timeout=10)
     except grpc.RpcError as e:
         code = e.code() if isinstance(e, grpc.Call) else grpc.StatusCode.UNKNOWN
         hint = {
@@ -205,7 +202,7 @@ def status(server: str | None, as_json: bool) -> None:
     finally:
         channel.close()
     if as_json:
-        click.echo(json.dumps(_status_dict(reply), indent=2, sort_keys=True))
+        click.echo(json.dumps(status_dict(reply), indent=2, sort_keys=True))
         return
     _print_status(reply)
 
@@ -216,13 +213,12 @@ def _print_status(reply: Any) -> None:
 
     from rbs.model import JobState
 
-    now = reply.now.ToDatetime()
     table = Table(title=f"{len(reply.workers)} worker(s)")
     # Short cells so the table fits an 80-column terminal.
     for col in ("worker", "name", "state", "cpus", "mem", "gpu ids", "build", "jobs", "beat"):
         table.add_column(col, no_wrap=True)
     for w in reply.workers:
-        age = (now - w.last_heartbeat.ToDatetime()).total_seconds()
+        age = (reply.now_ns - w.last_heartbeat_ns) / 1e9
         table.add_row(
             w.worker_id,
             w.name,
@@ -241,36 +237,6 @@ def _print_status(reply: Any) -> None:
         f"actions: {reply.queued_actions} queued, {reply.running_actions} running", highlight=False
     )
     order = {s.value: i for i, s in enumerate(JobState)}
-    states = sorted(reply.jobs_by_state.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))
+    states = sorted(reply.jobs_by_state, key=lambda kv: (order.get(kv[0], 99), kv[0]))
     jobs = ", ".join(f"{k} {v}" for k, v in states)
     console.print(f"jobs: {jobs}", highlight=False)
-
-
-def _status_dict(reply: Any) -> dict[str, Any]:
-    """The reply as plain JSON types (proto JSON would print int64 values as strings)."""
-    return {
-        "now": reply.now.ToJsonString(),
-        "queued_actions": reply.queued_actions,
-        "running_actions": reply.running_actions,
-        "jobs_by_state": dict(reply.jobs_by_state),
-        "workers": [
-            {
-                "worker_id": w.worker_id,
-                "name": w.name,
-                "hostname": w.hostname,
-                "address": w.address,
-                "state": w.state,
-                "cpus": w.cpus,
-                "memory_bytes": w.memory_bytes,
-                "gpu_ids": list(w.gpu_ids),
-                "build_slots": w.build_slots,
-                "build_slots_used": w.build_slots_used,
-                "job_slots": w.job_slots,
-                "job_slots_used": w.job_slots_used,
-                "last_heartbeat": w.last_heartbeat.ToJsonString(),
-                "version": w.version,
-                "container_runtimes": list(w.container_runtimes),
-            }
-            for w in reply.workers
-        ],
-    }

@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
-from rbs.cas.digests import digest_to_pb, function_to_pb
 from rbs.model import Digest, JobManifest, JobState
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
@@ -48,9 +46,15 @@ from rbs.scheduler.store import Store
 from rbs.scheduler.views import JobView
 from rbs.server.job_logs import JobLogs
 from rbs.server.workers_service import WorkerHub
-from rbs.wire.logs import line_from_pb
-from rbs.wire.reapi import digest_from_proto, function_from_proto
-from rbs.wire.workers import manifest_to_proto
+from rbs.wire.workers_jobs import (
+    JobFinishedReport,
+    JobLeaseInfo,
+    JobReport,
+    JobStartedReport,
+    KillOrder,
+    LogAck,
+    LogBatch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -238,40 +242,37 @@ class JobDriver:
         m = ins.manifest
         if ins.time_limit != m.time_limit:
             m = dataclasses.replace(m, time_limit=ins.time_limit)
-        lease = w_pb2.JobLease(
-            lease_id=ins.lease_id,
-            job_id=str(ins.run.job_id),
-            manifest=manifest_to_proto(m),
-            task_index=-1 if ins.run.index is None else ins.run.index,
-            attempt=ins.run.attempt,
-            gpu_ids=list(ins.gpus),
-            env=dict(ins.env),
-            node_rank=ins.run.rank,
-            nodelist=list(ins.nodelist),
-            master_addr=ins.master_addr,
-            master_port=ins.master_port or 0,
-        )
-        if m.input_root is not None:
-            lease.input_root_digest.CopyFrom(digest_to_pb(m.input_root))
-            lease.digest_function = function_to_pb(m.input_root.function)
+        ckpt = None
         if m.checkpoint_dir and ins.run.attempt > 1:
             ckpt = self.outputs.checkpoint(ins.run.job_id, ins.run.index)
-            if ckpt is not None:
-                lease.checkpoint_digest.CopyFrom(digest_to_pb(ckpt))
-                lease.digest_function = function_to_pb(ckpt.function)
+        lease = JobLeaseInfo(
+            lease_id=ins.lease_id,
+            job_id=str(ins.run.job_id),
+            manifest=m,
+            task_index=-1 if ins.run.index is None else ins.run.index,
+            attempt=ins.run.attempt,
+            gpu_ids=ins.gpus,
+            env=ins.env,
+            node_rank=ins.run.rank,
+            nodelist=ins.nodelist,
+            master_addr=ins.master_addr,
+            master_port=ins.master_port or 0,
+            input_root=m.input_root,
+            checkpoint=ckpt,
+        )
         self._slots.setdefault(ins.worker_id, set()).add(ins.lease_id)
         self._leases[ins.lease_id] = ins
-        if not self.hub.send(ins.worker_id, w_pb2.ServerMessage(job_lease=lease)):
+        if not self.hub.send(ins.worker_id, lease):
             # Not connected right now: the core sees the worker lost (or back) shortly.
             log.warning(
                 "worker %s is not connected; job lease %s waits for it", ins.worker_id, ins.lease_id
             )
 
     def _send_kill(self, ins: Kill) -> None:
-        msg = w_pb2.KillJob(
+        kill = KillOrder(
             lease_id=ins.run.lease_id, job_id=str(ins.run.job_id), reason=ins.reason.value
         )
-        self.hub.send(ins.worker_id, w_pb2.ServerMessage(kill_job=msg))
+        self.hub.send(ins.worker_id, kill)
 
     # ------------------------------------------------------------------ JobEvents (hub)
 
@@ -302,24 +303,20 @@ class JobDriver:
     def worker_lost(self, worker_id: str) -> None:
         self._post(WorkerDown(worker_id=worker_id, reason="worker stopped heartbeating"))
 
-    async def job_message(self, worker_id: str, message: w_pb2.WorkerMessage) -> None:
-        kind = message.WhichOneof("kind")
-        if kind == "job_started":
-            run = RunRef.parse_lease(message.job_started.lease_id)
+    async def job_message(self, worker_id: str, report: JobReport) -> None:
+        if isinstance(report, JobStartedReport):
+            run = RunRef.parse_lease(report.lease_id)
             self._post(TaskStarted(run=run, worker_id=worker_id))
-        elif kind == "job_finished":
-            fin = message.job_finished
+        elif isinstance(report, JobFinishedReport):
+            fin = report
             run = RunRef.parse_lease(fin.lease_id)
-            fn = function_from_proto(fin.digest_function)
             # In a gang, rank 0 drives: its outputs and checkpoint are the job's. The
             # other ranks are stopped after it ends and would overwrite them.
             lead = run.rank == 0
-            if lead and fin.HasField("output_tree_digest") and fin.output_tree_digest.hash:
-                self.outputs.record(run, digest_from_proto(fin.output_tree_digest, fn))
-            if lead and fin.HasField("checkpoint_tree_digest") and fin.checkpoint_tree_digest.hash:
-                self.outputs.record_checkpoint(
-                    run, digest_from_proto(fin.checkpoint_tree_digest, fn)
-                )
+            if lead and fin.output_tree is not None:
+                self.outputs.record(run, fin.output_tree)
+            if lead and fin.checkpoint_tree is not None:
+                self.outputs.record_checkpoint(run, fin.checkpoint_tree)
             self._post(
                 TaskExited(
                     run=run,
@@ -330,21 +327,18 @@ class JobDriver:
                     peak_memory_bytes=fin.peak_memory_bytes or None,
                 )
             )
-        elif kind == "log_lines":
-            ll = message.log_lines
-            rank = RunRef.parse_lease(ll.lease_id).rank if ll.lease_id else 0
-            task = None if ll.task_index < 0 else ll.task_index
-            lines = [line_from_pb(x, task=task, attempt=ll.attempt, rank=rank) for x in ll.lines]
-            self.logs.append(int(ll.job_id), lines)
+        elif isinstance(report, LogBatch):
+            lines = report.lines
+            self.logs.append(int(report.job_id), lines)
             if lines:
-                ack = w_pb2.Ack(
-                    job_id=ll.job_id,
-                    task_index=ll.task_index,
-                    attempt=ll.attempt,
+                ack = LogAck(
+                    job_id=report.job_id,
+                    task_index=report.task_index,
+                    attempt=report.attempt,
                     log_seq=max(x.seq for x in lines),
-                    lease_id=ll.lease_id,
+                    lease_id=report.lease_id,
                 )
-                self.hub.send(worker_id, w_pb2.ServerMessage(ack=ack))
+                self.hub.send(worker_id, ack)
 
     def job_counts(self) -> Mapping[str, int]:
         counts: dict[str, int] = {}

@@ -10,7 +10,9 @@ an operation that ran out of attempts is failed through the `ActionEvents` liste
 (the job driver); it sends job leases with `send`. Whoever builds the server hands the
 hub both listeners with `set_listeners`.
 
-`WorkersServicer` is the thin gRPC edge: it converts messages and routes them.
+`WorkersServicer` is the thin gRPC edge: it converts messages with rbs.wire
+(`report_from_pb`, `order_to_pb`) and routes them, so the hub and its listeners see
+typed values only.
 """
 
 from __future__ import annotations
@@ -25,13 +27,11 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
 import grpc
-from google.protobuf import duration_pb2, timestamp_pb2
 from google.rpc import status_pb2
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
-from rbs.cas.digests import digest_to_pb, function_to_pb
 from rbs.model import JobState
 from rbs.scheduler.dispatch import DispatchConfig, Dispatcher, WorkerView
 from rbs.scheduler.dispatch_events import (
@@ -58,9 +58,33 @@ from rbs.scheduler.dispatch_instructions import (
     MarkExecuting,
     StartLease,
 )
+from rbs.scheduler.events import RunRef
 from rbs.server.operations import OperationStore
 from rbs.wire.errors import InvalidRequest, rpc_errors
 from rbs.wire.workers import ProtocolMismatch, check_protocol
+from rbs.wire.workers_actions import (
+    ActionLeaseInfo,
+    ActionStartedReport,
+    CancelOrder,
+    ReceivedActionResult,
+)
+from rbs.wire.workers_jobs import JobFinishedReport, JobReport, JobStartedReport, LogBatch
+from rbs.wire.workers_session import (
+    HeartbeatReport,
+    ReceivedReport,
+    RegisteredInfo,
+    Registration,
+    ServerOrder,
+    order_to_pb,
+    registration_from_pb,
+    report_from_pb,
+)
+from rbs.wire.workers_status import (
+    ClusterStatusInfo,
+    WorkerStatusInfo,
+    epoch_ns,
+    status_to_pb,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +105,7 @@ class JobEvents(Protocol):
 
     def worker_connected(self, info: WorkerInfo, held_job_leases: tuple[str, ...]) -> None: ...
     def worker_lost(self, worker_id: str) -> None: ...
-    async def job_message(self, worker_id: str, message: w_pb2.WorkerMessage) -> None: ...
+    async def job_message(self, worker_id: str, report: JobReport) -> None: ...
     def job_counts(self) -> Mapping[str, int]: ...
     def job_slots_used(self, worker_id: str) -> int: ...
 
@@ -103,11 +127,11 @@ class HubConfig:
 
 
 class _Session:
-    """One open Connect stream: messages to send, ended by None."""
+    """One open Connect stream: orders to send, ended by None."""
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
-        self.outbox: asyncio.Queue[w_pb2.ServerMessage | None] = asyncio.Queue()
+        self.outbox: asyncio.Queue[ServerOrder | None] = asyncio.Queue()
 
 
 class WorkerHub:
@@ -200,12 +224,12 @@ class WorkerHub:
     def complete(self, operation: str) -> None:
         self._step(OperationCompleted(operation=operation))
 
-    def send(self, worker_id: str, message: w_pb2.ServerMessage) -> bool:
-        """Queue a message for a connected worker; False when it is not connected."""
+    def send(self, worker_id: str, order: ServerOrder) -> bool:
+        """Queue an order for a connected worker; False when it is not connected."""
         session = self._sessions.get(worker_id)
         if session is None:
             return False
-        session.outbox.put_nowait(message)
+        session.outbox.put_nowait(order)
         return True
 
     def workers(self) -> list[WorkerView]:
@@ -223,19 +247,14 @@ class WorkerHub:
         if self.actions is not None:
             self.actions.action_leased(ins.lease)
         a = ins.action
-        msg = w_pb2.ServerMessage(
-            action_lease=w_pb2.ActionLease(
-                lease_id=ins.lease_id,
-                operation_name=a.operation,
-                action_digest=digest_to_pb(a.action_digest),
-                digest_function=function_to_pb(a.action_digest.function),
-                timeout=duration_pb2.Duration(
-                    seconds=int(a.timeout_s), nanos=int((a.timeout_s % 1) * 1e9)
-                ),
-                attempt=a.attempt,
-            )
+        lease = ActionLeaseInfo(
+            lease_id=ins.lease_id,
+            operation_name=a.operation,
+            action_digest=a.action_digest,
+            timeout_s=a.timeout_s,
+            attempt=a.attempt,
         )
-        if not self.send(ins.worker_id, msg):
+        if not self.send(ins.worker_id, lease):
             log.warning("worker %s has no open stream for %s", ins.worker_id, ins.lease_id)
         log.info(
             "lease %s: %s attempt %d -> worker %s",
@@ -247,12 +266,7 @@ class WorkerHub:
 
     def _cancel_lease(self, ins: CancelLease) -> None:
         log.info("cancel lease %s on %s: %s", ins.lease_id, ins.worker_id, ins.reason)
-        self.send(
-            ins.worker_id,
-            w_pb2.ServerMessage(
-                cancel_action=w_pb2.CancelAction(lease_id=ins.lease_id, reason=ins.reason)
-            ),
-        )
+        self.send(ins.worker_id, CancelOrder(lease_id=ins.lease_id, reason=ins.reason))
 
     def _fail_operation(self, ins: FailOperation) -> None:
         log.warning("%s failed: %s", ins.operation, ins.message)
@@ -280,8 +294,8 @@ class WorkerHub:
 
     # ------------------------------------------------------------------ sessions
 
-    def attach(self, register: w_pb2.Register) -> _Session:
-        info = _info_from_proto(register)
+    def attach(self, register: Registration) -> _Session:
+        info = _worker_info(register)
         old = self._sessions.get(info.worker_id)
         if old is not None:
             # The worker opened a new stream before we noticed the old one end.
@@ -290,14 +304,8 @@ class WorkerHub:
         self._sessions[info.worker_id] = session
         self._store.save_worker(info.worker_id, json.dumps(asdict(info)), time.time())
         session.outbox.put_nowait(
-            w_pb2.ServerMessage(
-                registered=w_pb2.Registered(
-                    worker_id=info.worker_id,
-                    heartbeat_interval=duration_pb2.Duration(
-                        seconds=int(self.config.heartbeat_interval),
-                        nanos=int((self.config.heartbeat_interval % 1) * 1e9),
-                    ),
-                )
+            RegisteredInfo(
+                worker_id=info.worker_id, heartbeat_interval_s=self.config.heartbeat_interval
             )
         )
         log.info(
@@ -307,10 +315,9 @@ class WorkerHub:
             info.build_slots,
             info.job_slots,
         )
-        held = tuple(register.held_action_leases)
-        self._step(WorkerConnected(info=info, held_leases=held))
+        self._step(WorkerConnected(info=info, held_leases=register.held_action_leases))
         if self.jobs is not None:
-            self.jobs.worker_connected(info, tuple(register.held_job_leases))
+            self.jobs.worker_connected(info, register.held_job_leases)
         return session
 
     def detach(self, session: _Session) -> None:
@@ -320,47 +327,46 @@ class WorkerHub:
         log.info("worker %s disconnected", session.worker_id)
         self._step(WorkerDisconnected(worker_id=session.worker_id))
 
-    async def handle(self, worker_id: str, msg: w_pb2.WorkerMessage) -> None:
-        kind = msg.WhichOneof("kind")
-        if kind == "heartbeat":
+    async def handle(self, worker_id: str, report: ReceivedReport | None) -> None:
+        """One report of a worker; None is a message of a kind this server does not know."""
+        if isinstance(report, HeartbeatReport):
             self._step(WorkerHeartbeat(worker_id=worker_id))
-        elif kind == "action_started":
-            self._step(LeaseStarted(lease_id=msg.action_started.lease_id))
-        elif kind == "action_finished":
-            fin = msg.action_finished
-            done = self._step(LeaseFinished(lease_id=fin.lease_id))
+        elif isinstance(report, ActionStartedReport):
+            self._step(LeaseStarted(lease_id=report.lease_id))
+        elif isinstance(report, ReceivedActionResult):
+            done = self._step(LeaseFinished(lease_id=report.lease_id))
             ops = [i.operation for i in done if isinstance(i, DeliverResult)]
             if not ops:
-                log.info("ignoring result of unknown lease %s from %s", fin.lease_id, worker_id)
+                log.info("ignoring result of unknown lease %s from %s", report.lease_id, worker_id)
             elif self.actions is not None:
-                await self.actions.action_finished(ops[0], fin.status, fin.result)
-        elif kind in ("job_started", "job_finished", "log_lines"):
+                await self.actions.action_finished(ops[0], report.status, report.result)
+        elif isinstance(report, JobStartedReport | JobFinishedReport | LogBatch):
             if self.jobs is not None:
-                await self.jobs.job_message(worker_id, msg)
+                await self.jobs.job_message(worker_id, report)
             else:
-                log.warning("worker %s sent %s but no job scheduler is running", worker_id, kind)
-        elif kind == "register":
+                log.warning(
+                    "worker %s sent %s but no job scheduler is running",
+                    worker_id,
+                    type(report).__name__,
+                )
+        elif isinstance(report, Registration):
             raise InvalidRequest("Register may only be the first message of a Connect stream")
         # Heartbeats also prove liveness: any message counts.
         self._step(WorkerHeartbeat(worker_id=worker_id))
 
     # ------------------------------------------------------------------ status
 
-    def status(self) -> w_pb2.ClusterStatus:
+    def cluster_status(self) -> ClusterStatusInfo:
+        """The cluster at a glance: workers, slots, queue depth, running actions, jobs."""
         now_mono, now_wall = self._clock(), time.time()
         counts = dict.fromkeys((s.value for s in JobState), 0)
         if self.jobs is not None:
             counts.update(self.jobs.job_counts())
-        out = w_pb2.ClusterStatus(
-            queued_actions=self.dispatcher.queued,
-            running_actions=self.dispatcher.running,
-            jobs_by_state=counts,
-            now=_timestamp(now_wall),
-        )
+        workers = []
         for v in self.dispatcher.workers():
             i = v.info
-            out.workers.append(
-                w_pb2.WorkerStatus(
+            workers.append(
+                WorkerStatusInfo(
                     worker_id=i.worker_id,
                     name=i.name,
                     hostname=i.hostname,
@@ -373,21 +379,30 @@ class WorkerHub:
                     job_slots=i.job_slots,
                     job_slots_used=self.jobs.job_slots_used(i.worker_id) if self.jobs else 0,
                     state=v.state.value,
-                    last_heartbeat=_timestamp(now_wall - (now_mono - v.last_heartbeat)),
+                    last_heartbeat_ns=epoch_ns(now_wall - (now_mono - v.last_heartbeat)),
                     version=i.version,
                     container_runtimes=i.container_runtimes,
                 )
             )
-        return out
+        return ClusterStatusInfo(
+            workers=tuple(workers),
+            queued_actions=self.dispatcher.queued,
+            running_actions=self.dispatcher.running,
+            jobs_by_state=tuple(counts.items()),
+            now_ns=epoch_ns(now_wall),
+        )
+
+    def status(self) -> w_pb2.ClusterStatus:
+        """`cluster_status` as the Status call answers it (the jobs API serves it too)."""
+        return status_to_pb(self.cluster_status())
 
 
-def _timestamp(t: float) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(int(t * 1e9))
-    return ts
+def _rank_of(lease_id: str) -> int:
+    return RunRef.parse_lease(lease_id).rank
 
 
-def _info_from_proto(r: w_pb2.Register) -> WorkerInfo:
+def _worker_info(r: Registration) -> WorkerInfo:
+    """What the dispatcher and the job driver know of a registered worker."""
     try:
         return WorkerInfo(
             worker_id=r.worker_id,
@@ -396,10 +411,10 @@ def _info_from_proto(r: w_pb2.Register) -> WorkerInfo:
             address=r.address,
             cpus=r.cpus,
             memory_bytes=r.memory_bytes,
-            gpu_ids=tuple(r.gpu_ids),
+            gpu_ids=r.gpu_ids,
             build_slots=r.build_slots,
             job_slots=r.job_slots,
-            container_runtimes=tuple(r.container_runtimes),
+            container_runtimes=r.container_runtimes,
             version=r.version,
         )
     except ValueError as e:
@@ -439,16 +454,16 @@ class WorkersServicer(w_grpc.WorkersServicer):  # type: ignore[misc]
         except ProtocolMismatch as e:
             log.warning("refused a worker: %s", e)  # the operator has to act
             raise
-        session = self._hub.attach(first.register)
+        session = self._hub.attach(registration_from_pb(first.register))
         reader = asyncio.get_running_loop().create_task(
             self._read(request_iterator, session), name=f"worker-{session.worker_id}"
         )
         try:
             while True:
-                msg = await session.outbox.get()
-                if msg is None:
+                order = await session.outbox.get()
+                if order is None:
                     break
-                yield msg
+                yield order_to_pb(order)
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
@@ -460,7 +475,7 @@ class WorkersServicer(w_grpc.WorkersServicer):  # type: ignore[misc]
         try:
             async for msg in request_iterator:
                 try:
-                    await self._hub.handle(session.worker_id, msg)
+                    await self._hub.handle(session.worker_id, report_from_pb(msg, rank_of=_rank_of))
                 except InvalidRequest as e:
                     log.warning("worker %s sent a bad message: %s", session.worker_id, e)
                 except Exception:
