@@ -12,6 +12,7 @@ them ties the two modules together. It reports, one per line as
 - string-import: `importlib.import_module()` or `__import__()` outside the command
   table modules (STRING_IMPORT_OWNERS); the table's entries count as imports;
 - arrow: an import that points sideways or up in LAYERS, or is in FORBIDDEN_ARROWS;
+- proto-import: an import of the generated rbs._proto outside PROTO_IMPORTERS;
 - unknown-package: a package that LAYERS does not place;
 - duplicate-class: a public class name defined in more than one place;
 - long-module: a module over MAX_MODULE_LINES lines;
@@ -59,6 +60,22 @@ FORBIDDEN_ARROWS: dict[tuple[str, str], str] = {
     ("executor", "build"): "the worker never depends on the build front end",
     ("executor", "client"): "the worker never depends on the client",
 }
+
+# Who may import the generated rbs._proto: packages (by name) whose data is protobuf,
+# and modules (dotted). Everyone else gets typed values from rbs/wire's conversions.
+PROTO_IMPORTERS: tuple[str, ...] = (
+    "cas",  # Merkle trees are REAPI Directory messages; the one Digest conversion
+    "wire",  # every other protobuf <-> model conversion, and the gRPC clients
+    "build",  # an action is a REAPI Action: build/protos.py and reapi.py build Command/Action
+    # The server's gRPC servicers receive and send messages (wire converts their content).
+    "rbs.server.grpc_server",
+    "rbs.server.bytestream",
+    "rbs.server.cas_service",
+    "rbs.server.action_cache",
+    "rbs.server.capabilities",
+    "rbs.server.execution",
+    "rbs.server.workers_service",
+)
 
 # The only modules that may import by string, and the table they import from.
 STRING_IMPORT_OWNERS = ("rbs.cli.main", "rbs.cli.root")
@@ -411,6 +428,26 @@ def check_arrows(modules: Mapping[str, Module], imports: Sequence[Import]) -> li
     return sorted(violations, key=lambda v: (v.path, v.line, v.message))
 
 
+def check_proto_imports(imports: Sequence[Import]) -> list[Violation]:
+    """Imports of rbs._proto by a module that PROTO_IMPORTERS does not list."""
+    violations: set[Violation] = set()
+    for item in imports:
+        src = package_of(item.src)
+        if package_of(item.dst) != GENERATED_PACKAGE or src == GENERATED_PACKAGE:
+            continue
+        if src in PROTO_IMPORTERS or item.src in PROTO_IMPORTERS:
+            continue
+        if src == ROOT_PACKAGE or (src, GENERATED_PACKAGE) in FORBIDDEN_ARROWS:
+            continue  # already an arrow violation
+        message = (
+            f"{item.src} imports {item.dst}; protobuf stays in the modules of PROTO_IMPORTERS"
+            " in scripts/check_layout.py: convert through rbs/wire (add the conversion and"
+            " a typed value there) and use what it returns"
+        )
+        violations.add(Violation(item.path, item.line, "proto-import", message))
+    return sorted(violations, key=lambda v: (v.path, v.line))
+
+
 def check_classes(modules: Mapping[str, Module]) -> list[Violation]:
     """Public class names defined in more than one place, at any nesting level."""
     places: dict[str, list[tuple[str, int]]] = defaultdict(list)
@@ -459,6 +496,7 @@ def analyse(root: Path) -> Report:
         violations.extend(wrong)
     violations.extend(find_cycles(modules, [*imports, *implied_imports(imports, modules)]))
     violations.extend(check_arrows(modules, imports))
+    violations.extend(check_proto_imports(imports))
     violations.extend(check_classes(modules))
     violations.extend(check_sizes(modules))
     violations.sort(key=lambda v: (v.path, v.line, v.kind, v.message))

@@ -210,6 +210,55 @@ def test_model_may_not_import_proto(tmp_path: Path) -> None:
     )
 
 
+def test_proto_outside_its_importers_is_a_violation(tmp_path: Path) -> None:
+    plant(
+        tmp_path,
+        {
+            "rbs/executor/worker.py": (
+                '"""Worker."""\n\n'
+                "from rbs._proto.rbs.v1 import workers_pb2 as w_pb2, workers_pb2_grpc\n"
+            ),
+            "rbs/server/job_driver.py": (
+                "def send() -> None:\n    import rbs._proto.rbs.v1.workers_pb2\n"
+            ),
+            "rbs/client/remote.py": "from rbs._proto import remote_pb2\n",
+        },
+    )
+    wrong = found(tmp_path, "proto-import")
+    # One per import statement, at its line; function-level imports count too.
+    assert [(v.path, v.line) for v in wrong] == [
+        ("rbs/client/remote.py", 1),
+        ("rbs/executor/worker.py", 3),
+        ("rbs/server/job_driver.py", 2),
+    ]
+    assert "rbs.executor.worker imports rbs._proto" in wrong[1].message
+    assert "convert through rbs/wire" in wrong[1].message
+    assert "PROTO_IMPORTERS" in wrong[1].message
+    assert found(tmp_path, "arrow") == []  # the layers allow it; only this rule refuses it
+
+
+def test_proto_importers_may_import_proto(tmp_path: Path) -> None:
+    proto = "from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2\n"
+    plant(
+        tmp_path,
+        {
+            "rbs/cas/digests.py": proto,
+            "rbs/build/__init__.py": '"""Build."""\n',
+            "rbs/build/protos.py": proto,
+            "rbs/server/execution.py": proto,
+            "rbs/server/workers_service.py": proto,
+        },
+    )
+    assert checker.check(tmp_path) == []
+    assert "rbs.server.grpc_server" in checker.PROTO_IMPORTERS
+    assert "rbs.server.job_driver" not in checker.PROTO_IMPORTERS
+
+
+def test_model_importing_proto_is_reported_once_as_an_arrow(tmp_path: Path) -> None:
+    plant(tmp_path, {"rbs/model.py": "from rbs._proto.rbs.v1 import workers_pb2\n"})
+    assert [v.kind for v in checker.check(tmp_path)] == ["arrow"]
+
+
 def test_same_layer_import_is_an_arrow(tmp_path: Path) -> None:
     plant(tmp_path, {"rbs/client/x.py": "import rbs.server.app\n"})
     [arrow] = found(tmp_path, "arrow")
