@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from rbs.client.errors import JobError
-from rbs.client.http import HttpConnection, HttpError
+from rbs.client.http import ConnectError, HttpConnection, HttpError
 from rbs.wire import jobs_api
 from rbs.wire import jobs_api_requests as req
 from rbs.wire.jobs_api import JobInfo as JobInfo  # re-exported: the client's API
@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 
     from rbs.client.staging import StageResult
     from rbs.model import JobManifest, LogLine
+
+# How long `logs(follow=True)` and `wait` keep trying to reach a server that went away
+# (restarted, or the local one being started again) before they give up.
+RECONNECT_S = 60.0
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -62,6 +66,9 @@ class JobsClient:
     ) -> None:
         server = server or os.environ.get("RBS_REMOTE") or None
         token = token if token is not None else os.environ.get("RBS_REMOTE_TOKEN") or None
+        self._home = home
+        self._announce = announce
+        self._local = not server
         if server:
             host, grpc_port = parse_address(server)
             self.server = server
@@ -87,6 +94,32 @@ class JobsClient:
             return self.conn.request(method, path, json_body=body).json()
         except HttpError as e:
             raise JobError(e.message) from None
+        except ConnectError as e:
+            raise JobError(str(e)) from None
+
+    def _reconnect(self, deadline: float, delay: float) -> float:
+        """After a lost connection: wait `delay`, have a dead local server restarted (on
+        its port, so the worker and its jobs carry on) and follow the cluster to its
+        address. Returns the next delay; past `deadline`, gives up with a JobError."""
+        self.conn.close()
+        if time.monotonic() >= deadline:
+            raise JobError(
+                f"lost the connection to the rbs server at {self.server} and could not "
+                f"reconnect in {RECONNECT_S:g} s"
+            )
+        time.sleep(delay)
+        if self._local:
+            from rbs.client.local import ensure_local
+
+            try:
+                cluster = ensure_local(self._home, announce=self._announce)
+            except RuntimeError as e:
+                raise JobError(str(e)) from None
+            if cluster.address != self.server:
+                self.server = cluster.address
+                token = self.conn.token
+                self.conn = HttpConnection(cluster.host, cluster.grpc_port + 1, token=token)
+        return min(delay * 2, 2.0)
 
     # ---- submitting
 
@@ -157,13 +190,17 @@ class JobsClient:
         self, job_id: str, *, follow: bool = False, tail: int | None = None, after: int = 0
     ) -> Iterator[LogLine]:
         """Log lines in order; with `follow`, keeps streaming until the job ends. A broken
-        connection is resumed from the last line seen, so no line is lost or repeated."""
+        connection is resumed from the last line seen, so no line is lost or repeated;
+        reconnecting is given up after RECONNECT_S without reaching the server."""
         last = after
+        deadline = None  # set while the server cannot be reached
+        delay = 0.1
         while True:
             path = req.logs_path(job_id, after=last, follow=follow, tail=tail)
-            tail = None
             try:
                 for raw in self.conn.stream_lines(path):
+                    deadline, delay = None, 0.1  # reached it
+                    tail = None
                     if not raw.strip():
                         continue
                     line = jobs_api.log_line(json.loads(raw))
@@ -176,18 +213,33 @@ class JobsClient:
                 return
             except HttpError as e:
                 raise JobError(e.message) from None
-            except (ConnectionError, OSError):
+            except (ConnectError, ConnectionError, OSError) as e:
                 if not follow:
+                    if isinstance(e, ConnectError):
+                        raise JobError(str(e)) from None
                     raise
-                self.conn.close()
-                time.sleep(0.2)  # the server restarts; resume from `last`
+                if deadline is None:
+                    deadline = time.monotonic() + RECONNECT_S
+                delay = self._reconnect(deadline, delay)  # then resume after `last`
 
     def wait(self, job_id: str, *, timeout: float | None = None) -> JobInfo:
         """Block until the job (all its tasks) ended; returns its final info."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        lost = None  # the reconnect deadline, while the server cannot be reached
+        delay = 0.1
         while True:
             left = 30.0 if deadline is None else max(0.0, min(30.0, deadline - time.monotonic()))
-            info = jobs_api.job_info(self._call("GET", req.wait_path(job_id, left)))
+            try:
+                doc = self.conn.request("GET", req.wait_path(job_id, left)).json()
+            except HttpError as e:
+                raise JobError(e.message) from None
+            except ConnectError:
+                if lost is None:
+                    lost = time.monotonic() + RECONNECT_S
+                delay = self._reconnect(lost, delay)
+                continue
+            lost, delay = None, 0.1
+            info = jobs_api.job_info(doc)
             if info.done or (deadline is not None and time.monotonic() >= deadline):
                 return info
 

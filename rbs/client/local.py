@@ -2,9 +2,19 @@
 
 With no `--server` and no `RBS_REMOTE`, job commands use this cluster. The first use
 starts `rbs remote serve` and `rbs remote worker` as background processes in their own
-sessions, records their pids and ports in `cluster.json`, and prints one line. A file
-lock makes concurrent first uses (a parallel shell loop) start exactly one cluster.
-`rbs remote down` stops both processes by pid.
+sessions, records their pids, start times and ports in `cluster.json`, and prints one
+line. A file lock makes concurrent first uses (a parallel shell loop) start exactly one
+cluster. `rbs remote down` stops both processes by pid.
+
+A recorded pid counts as the cluster's only while /proc shows that very process: the
+rbs command for this $RBS_HOME, started at the recorded time. After a reboot the pids
+may belong to anything, and nothing that is not ours is ever signalled.
+
+A server that died while its worker lives is restarted, under the same lock, on the
+same data dir and the same port: the worker reconnects by itself and lists the leases
+it holds, so its running jobs carry on as the same attempt. If something else took the
+port meanwhile, the server starts on a new one and the worker is restarted against it
+(its running jobs are then stopped and requeued, as on any worker restart).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 START_TIMEOUT_S = 60.0
+_SERVE = "serve"
+_WORKER = "worker"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +45,10 @@ class LocalCluster:
     http_port: int
     server_pid: int
     worker_pid: int
+    # /proc/<pid>/stat start times (clock ticks since boot); None in files written before
+    # they were recorded, where the command line alone identifies the process.
+    server_started: int | None = None
+    worker_started: int | None = None
 
     @property
     def address(self) -> str:
@@ -46,30 +63,107 @@ def local_root(home: Path | None = None) -> Path:
     return (home or rbs_home()) / "local"
 
 
-def _alive(pid: int) -> bool:
-    """True if `pid` runs and is not a zombie (init here does not reap orphans)."""
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError, ProcessLookupError):
+            return f.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, IndexError, ProcessLookupError, PermissionError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """True if `pid` runs and is not a zombie (init here does not reap orphans)."""
+    fields = _stat(pid)
+    return fields is not None and len(fields) > 0 and fields[0] not in (b"Z", b"X")
+
+
+def _started(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    fields = _stat(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
+def _ours(pid: int, role: str, root: Path, started: int | None) -> bool:
+    """True if `pid` is this cluster's server or worker (`role`), not a reused pid."""
+    if pid <= 0 or not _alive(pid):
         return False
-    return state not in (b"Z", b"X")
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    folder = str(root / ("server" if role == _SERVE else "worker"))
+    ours = "rbs" in args and "remote" in args and role in args and folder in args
+    return ours and (started is None or _started(pid) == started)
+
+
+def _read(root: Path) -> LocalCluster | None:
+    """The cluster recorded in cluster.json, whether or not it runs."""
+    try:
+        data = json.loads((root / "cluster.json").read_text())
+        return LocalCluster(
+            root=root,
+            host=str(data["host"]),
+            grpc_port=int(data["grpc_port"]),
+            http_port=int(data["http_port"]),
+            server_pid=int(data["server_pid"]),
+            worker_pid=int(data["worker_pid"]),
+            server_started=_opt_int(data.get("server_started")),
+            worker_started=_opt_int(data.get("worker_started")),
+        )
+    except (FileNotFoundError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _opt_int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _server_ours(c: LocalCluster) -> bool:
+    return _ours(c.server_pid, _SERVE, c.root, c.server_started)
+
+
+def _worker_ours(c: LocalCluster) -> bool:
+    return _ours(c.worker_pid, _WORKER, c.root, c.worker_started)
 
 
 def _load(root: Path) -> LocalCluster | None:
-    try:
-        data = json.loads((root / "cluster.json").read_text())
-        cluster = LocalCluster(root=root, **data)
-    except (FileNotFoundError, ValueError, TypeError):
-        return None
-    if _alive(cluster.server_pid) and _alive(cluster.worker_pid):
+    cluster = _read(root)
+    if cluster is not None and _server_ours(cluster) and _worker_ours(cluster):
         return cluster
     return None
 
 
-def running_local(home: Path | None = None) -> LocalCluster | None:
-    """The local cluster under $RBS_HOME if it is running; never starts one."""
-    return _load(local_root(home))
+def _server_only(root: Path) -> LocalCluster | None:
+    """The recorded cluster if its worker runs but its server does not."""
+    cluster = _read(root)
+    if cluster is not None and _worker_ours(cluster) and not _server_ours(cluster):
+        return cluster
+    return None
+
+
+def running_local(home: Path | None = None, *, announce: bool = True) -> LocalCluster | None:
+    """The local cluster under $RBS_HOME if it is running; never starts one, but restarts
+    the server of a cluster whose worker still runs."""
+    root = local_root(home)
+    cluster = _load(root)
+    if cluster is not None or _server_only(root) is None:
+        return cluster
+    with _locked(root):
+        cluster = _load(root)
+        if cluster is not None:
+            return cluster
+        broken = _server_only(root)
+        if broken is None:
+            return None
+        cluster, note = _restart_server(broken)
+    if announce:
+        print(note, file=sys.stderr)
+    return cluster
 
 
 @contextlib.contextmanager
@@ -111,8 +205,101 @@ def _wait_for(what: str, ready: Path, proc: subprocess.Popen[bytes], log: Path) 
     )
 
 
+def _start_server(root: Path, port: int) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    ready = root / "server.ready"
+    with contextlib.suppress(FileNotFoundError):
+        ready.unlink()
+    log = root / "server.log"
+    args = ["remote", _SERVE, "--port", str(port), "--host", "127.0.0.1"]
+    args += ["--data-dir", str(root / "server"), "--ready-file", str(ready)]
+    server = _spawn(args, log)
+    return server, _wait_for("server", ready, server, log)
+
+
+def _start_worker(root: Path, port: int) -> subprocess.Popen[bytes]:
+    ready = root / "worker.ready"
+    with contextlib.suppress(FileNotFoundError):
+        ready.unlink()
+    log = root / "worker.log"
+    args = ["remote", _WORKER, "--server", f"127.0.0.1:{port}"]
+    args += ["--work-dir", str(root / "worker"), "--ready-file", str(ready)]
+    worker = _spawn(args, log)
+    _wait_for("worker", ready, worker, log)
+    return worker
+
+
+def _record(root: Path, ports: dict[str, int], server_pid: int, worker_pid: int) -> LocalCluster:
+    cluster = LocalCluster(
+        root=root,
+        host="127.0.0.1",
+        grpc_port=ports["port"],
+        http_port=ports["http_port"],
+        server_pid=server_pid,
+        worker_pid=worker_pid,
+        server_started=_started(server_pid),
+        worker_started=_started(worker_pid),
+    )
+    state = {
+        "host": cluster.host,
+        "grpc_port": cluster.grpc_port,
+        "http_port": cluster.http_port,
+        "server_pid": cluster.server_pid,
+        "worker_pid": cluster.worker_pid,
+        "server_started": cluster.server_started,
+        "worker_started": cluster.worker_started,
+    }
+    tmp = root / "cluster.json.tmp"
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, root / "cluster.json")
+    return cluster
+
+
+def _ports_free(host: str, ports: tuple[int, ...]) -> bool:
+    """True if nothing listens on these ports; SO_REUSEADDR, as the server binds, so the
+    dead server's connections lingering in TIME_WAIT do not count."""
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
+def _restart_server(old: LocalCluster) -> tuple[LocalCluster, str]:
+    """Start a dead server again on its data dir and port; the caller holds the lock."""
+    root = old.root
+    if _ports_free(old.host, (old.grpc_port, old.http_port)):
+        try:
+            server, ports = _start_server(root, old.grpc_port)
+        except RuntimeError:
+            pass  # taken between the check and the bind, most likely: a new port, below
+        else:
+            cluster = _record(root, ports, server.pid, old.worker_pid)
+            note = (
+                f"rbs: the local server (pid {old.server_pid}) had stopped; restarted it at "
+                f"{cluster.address}; the worker and its jobs carry on"
+            )
+            return cluster, note
+    server, ports = _start_server(root, 0)
+    try:
+        _stop(root, [(old.worker_pid, _WORKER, old.worker_started)])
+        worker = _start_worker(root, ports["port"])
+    except RuntimeError:
+        server.terminate()
+        raise
+    cluster = _record(root, ports, server.pid, worker.pid)
+    note = (
+        f"rbs: the local server (pid {old.server_pid}) had stopped and port {old.grpc_port} "
+        f"or {old.http_port} is now taken by another process: restarted it at "
+        f"{cluster.address} and restarted the worker (its running jobs are requeued)"
+    )
+    return cluster, note
+
+
 def ensure_local(home: Path | None = None, *, announce: bool = True) -> LocalCluster:
-    """Return the running local cluster, starting it first if needed."""
+    """Return the running local cluster, starting it (or its dead server) first if needed."""
     root = local_root(home)
     cluster = _load(root)
     if cluster is not None:
@@ -121,91 +308,60 @@ def ensure_local(home: Path | None = None, *, announce: bool = True) -> LocalClu
         cluster = _load(root)
         if cluster is not None:
             return cluster
-        _stop_recorded(root)
-        for name in ("server.ready", "worker.ready"):
-            with contextlib.suppress(FileNotFoundError):
-                (root / name).unlink()
-        server_log = root / "server.log"
-        server = _spawn(
-            [
-                "remote",
-                "serve",
-                "--port",
-                "0",
-                "--host",
-                "127.0.0.1",
-                "--data-dir",
-                str(root / "server"),
-                "--ready-file",
-                str(root / "server.ready"),
-            ],
-            server_log,
-        )
-        ports = _wait_for("server", root / "server.ready", server, server_log)
-        worker_log = root / "worker.log"
-        worker = _spawn(
-            [
-                "remote",
-                "worker",
-                "--server",
-                f"127.0.0.1:{ports['port']}",
-                "--work-dir",
-                str(root / "worker"),
-                "--ready-file",
-                str(root / "worker.ready"),
-            ],
-            worker_log,
-        )
-        try:
-            _wait_for("worker", root / "worker.ready", worker, worker_log)
-        except RuntimeError:
-            server.terminate()
-            raise
-        cluster = LocalCluster(
-            root=root,
-            host="127.0.0.1",
-            grpc_port=ports["port"],
-            http_port=ports["http_port"],
-            server_pid=server.pid,
-            worker_pid=worker.pid,
-        )
-        state = {
-            "host": cluster.host,
-            "grpc_port": cluster.grpc_port,
-            "http_port": cluster.http_port,
-            "server_pid": cluster.server_pid,
-            "worker_pid": cluster.worker_pid,
-        }
-        tmp = root / "cluster.json.tmp"
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, root / "cluster.json")
+        broken = _server_only(root)
+        if broken is not None:
+            cluster, note = _restart_server(broken)
+        else:
+            _stop_recorded(root)
+            cluster = _start(root)
+            note = (
+                f"rbs: started a local cluster at {cluster.address} with one worker under "
+                f"{root} (stop it with `rbs remote down`)"
+            )
     if announce:
-        print(
-            f"rbs: started a local cluster at {cluster.address} with one worker under {root} "
-            "(stop it with `rbs remote down`)",
-            file=sys.stderr,
-        )
+        print(note, file=sys.stderr)
     return cluster
 
 
-def _stop_recorded(root: Path) -> list[int]:
-    """Stop the processes recorded in cluster.json (only those pids); return them."""
+def _start(root: Path) -> LocalCluster:
+    with contextlib.suppress(FileNotFoundError):
+        (root / "cluster.json").unlink()
+    server, ports = _start_server(root, 0)
     try:
-        data = json.loads((root / "cluster.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return []
-    pids = [int(data[k]) for k in ("worker_pid", "server_pid") if k in data]
+        worker = _start_worker(root, ports["port"])
+    except RuntimeError:
+        server.terminate()
+        raise
+    return _record(root, ports, server.pid, worker.pid)
+
+
+def _stop(root: Path, procs: list[tuple[int, str, int | None]]) -> list[int]:
+    """SIGTERM, then SIGKILL after 10 s, each process that is really ours; return those."""
+    pids = [pid for pid, role, started in procs if _ours(pid, role, root, started)]
     for pid in pids:
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
-    for pid in pids:
-        if _alive(pid):
+    for pid, role, started in procs:
+        # Checked again: a pid that exited meanwhile may have been given to another process.
+        if pid in pids and _ours(pid, role, root, started):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def _stop_recorded(root: Path) -> list[int]:
+    """Stop the processes recorded in cluster.json, only those still ours; return them."""
+    cluster = _read(root)
+    pids = []
+    if cluster is not None:
+        procs = [
+            (cluster.worker_pid, _WORKER, cluster.worker_started),
+            (cluster.server_pid, _SERVE, cluster.server_started),
+        ]
+        pids = _stop(root, procs)
     with contextlib.suppress(FileNotFoundError):
         (root / "cluster.json").unlink()
     return pids
