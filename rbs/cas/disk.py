@@ -11,9 +11,11 @@ name. Rename is atomic, so a reader sees either no blob or the whole blob, and s
 processes writing the same blob at once simply replace identical bytes. A crash leaves
 at most a stray temp file, which `gc` removes once it is old.
 
-Reads verify: `open` hashes as it reads and a mismatch removes the blob; a blob is
-hashed before it is first hardlinked out by this process, and again whenever its inode
-or mtime changed since (a job running as root can write through a hardlink).
+Reads verify before the first byte: `open` hashes the whole blob file unless this
+process already found it good with the same inode, mtime and size (rbs.cas.knowngood),
+and a mismatch removes the blob, so no reader at any offset ever gets a corrupt byte.
+The same check runs before a blob is hardlinked out (a job running as root can write
+through a hardlink). `rbs cas verify` (rbs.cas.scrub) re-hashes every blob regardless.
 
 A blob's mtime is its last use. Every lookup that finds a blob (`contains`,
 `find_missing`, `open`, `export_file`) sets it to now, at most once a minute per blob
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import itertools
 import logging
 import os
@@ -40,8 +43,8 @@ from rbs.cas import eviction, fileio
 from rbs.cas.diskbatch import BatchableStore, DiskBatch
 from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, StoreFull
 from rbs.cas.eviction import TOUCH_INTERVAL
+from rbs.cas.knowngood import KnownGood
 from rbs.cas.store import CHUNK, Batch, BlobWriter
-from rbs.cas.verify import verifying_reader
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
 log = logging.getLogger(__name__)
@@ -49,7 +52,8 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE = 3 * 3600.0
 # Files up to this size are read whole and hashed before anything is written.
 SMALL_FILE = 4 << 20
-_VERIFIED_MAX = 200_000
+# Blobs up to this size are read whole while they are verified and served from memory.
+SMALL_READ = 1 << 20
 _counter = itertools.count()
 
 
@@ -126,7 +130,7 @@ class DiskStore(BatchableStore):
         self._exec_prefix = {f: f"{self.exec_dir}/{f.value}/" for f in DigestFunction}
         self._tmp_prefix = f"{self.tmp_dir}/"
         self._made_dirs: set[str] = set()
-        self._verified: dict[str, tuple[int, int]] = {}
+        self.known = KnownGood()
         self._lock = threading.Lock()
         self._gc_lock = threading.Lock()
         self._approx_size: int | None = None
@@ -199,9 +203,9 @@ class DiskStore(BatchableStore):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise self.os_error(e) from e
-        # The bytes were hashed on their way in: no need to hash them before linking.
+        # The bytes were hashed on their way in: no need to hash them again to serve them.
         with contextlib.suppress(OSError):
-            self._remember_verified(final, st or os.stat(final))
+            self.known.add(final, st or os.stat(final))
         self._added(digest.size)
 
     def writer(self, expected: Digest) -> BlobWriter:
@@ -306,15 +310,13 @@ class DiskStore(BatchableStore):
             return st
         try:
             os.utime(path, (now, now))
-            st = os.stat(path)
+            after = os.stat(path)
         except FileNotFoundError:  # evicted meanwhile: the next lookup reports it missing
             return st
         except PermissionError:  # a store shared read-only: the lease cannot be recorded
             return st
-        with self._lock:
-            if path in self._verified:
-                self._verified[path] = (st.st_ino, st.st_mtime_ns)
-        return st
+        self.known.retouched(path, st, after)
+        return after
 
     def _open(self, digest: Digest) -> BinaryIO:
         path = self._path(digest)
@@ -322,13 +324,35 @@ class DiskStore(BatchableStore):
             f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by the returned reader)
         except FileNotFoundError:
             raise BlobNotFound(digest) from None
-        st = os.fstat(f.fileno())
-        if st.st_size != digest.size:
+        try:
+            data = self._verify_open(f, path, digest)
+        except BaseException:
             f.close()
-            self.quarantine(digest)
-            raise CorruptBlob(digest, Path(path))
-        self._touch(path, st)
-        return verifying_reader(digest, cast(BinaryIO, f), lambda: self._corrupt_read(digest))
+            raise
+        if data is not None:
+            f.close()
+            return io.BytesIO(data)
+        return cast(BinaryIO, io.BufferedReader(f, CHUNK))
+
+    def _verify_open(self, f: io.FileIO, path: str, digest: Digest) -> bytes | None:
+        """Check that the open blob file holds `digest`'s bytes before any is served:
+        hashed whole unless known good (see the module docstring). Returns the bytes
+        when it read a small blob whole to hash it, else None; raises CorruptBlob."""
+        fd = f.fileno()
+        st = os.fstat(fd)
+        if st.st_size != digest.size:
+            raise self._corrupt_read(digest)
+        if self._touch(path, st) is not st:
+            st = os.fstat(fd)
+        if self.known.holds(path, st):
+            return None
+        small = digest.size <= SMALL_READ
+        h, size, data = fileio.hash_fd(fd, digest.function, keep=small)
+        if (h, size) != (digest.hash, digest.size):
+            raise self._corrupt_read(digest)
+        # The stat from before hashing: a change made meanwhile moves mtime past it.
+        self.known.add(path, st)
+        return data if small else None
 
     def _corrupt_read(self, digest: Digest) -> Exception:
         self.quarantine(digest)
@@ -336,30 +360,24 @@ class DiskStore(BatchableStore):
 
     # Verification before hardlinking.
 
-    def _remember_verified(self, path: str, st: os.stat_result) -> None:
-        with self._lock:
-            if len(self._verified) >= _VERIFIED_MAX:
-                self._verified.clear()
-            self._verified[path] = (st.st_ino, st.st_mtime_ns)
-
     def _check_file(self, path: str, digest: Digest) -> bool:
         """Whether the file at `path` holds `digest`'s bytes (hashing it unless this
-        process already did for this inode and mtime). False if it is absent."""
+        process already found it good as it is now). False if it is absent."""
         try:
-            st = os.stat(path)
+            f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed just below)
         except FileNotFoundError:
             return False
-        st = self._touch(path, st)
-        if self._verified.get(path) == (st.st_ino, st.st_mtime_ns):
-            return True
-        if st.st_size == digest.size:
-            try:
-                h, size = fileio.hash_path(path, digest.function)
-            except FileNotFoundError:
-                return False
-            if (h, size) == (digest.hash, digest.size):
-                self._remember_verified(path, st)
+        with f:
+            st = os.fstat(f.fileno())
+            if self._touch(path, st) is not st:
+                st = os.fstat(f.fileno())
+            if self.known.holds(path, st):
                 return True
+            if st.st_size == digest.size:
+                h, size, _ = fileio.hash_fd(f.fileno(), digest.function)
+                if (h, size) == (digest.hash, digest.size):
+                    self.known.add(path, st)
+                    return True
         return self._corrupt(path, digest)
 
     def _corrupt(self, path: str, digest: Digest) -> bool:
@@ -425,6 +443,7 @@ class DiskStore(BatchableStore):
     def delete(self, digest: Digest) -> bool:
         removed = False
         for p in (self._path(digest), self._exec_path(digest)):
+            self.known.forget(p)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
                 removed = True

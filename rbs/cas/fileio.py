@@ -104,15 +104,35 @@ def map_in_slices(
 
 def hash_path(path: str, function: DigestFunction) -> tuple[str, int]:
     """(hex hash, size) of a file, using every core for large BLAKE3 inputs."""
+    with open(path, "rb", buffering=0) as f:
+        h, size, _ = hash_fd(f.fileno(), function)
+    return h, size
+
+
+def hash_fd(fd: int, function: DigestFunction, *, keep: bool = False) -> tuple[str, int, bytes]:
+    """(hex hash, size, bytes) of an open file from offset 0, whatever its position.
+
+    With `keep` the file is read whole and its bytes returned (for small blobs, which
+    are then served from memory rather than read twice); otherwise the bytes are b""
+    and it is read in big chunks, using every core for large BLAKE3 inputs."""
+    if keep:
+        parts = []
+        offset = 0
+        while piece := os.pread(fd, BIG_CHUNK, offset):
+            parts.append(piece)
+            offset += len(piece)
+        data = b"".join(parts)
+        h = function.hasher()
+        h.update(data)
+        return h.hexdigest(), len(data), data
     hasher = fast_hasher(function)
     size = 0
-    with open(path, "rb", buffering=0) as f:
-        buf = bytearray(BIG_CHUNK)
-        view = memoryview(buf)
-        while n := f.readinto(view):
-            hasher.update(cast(bytes, view[:n]))
-            size += n
-    return hasher.hexdigest(), size
+    buf = bytearray(BIG_CHUNK)
+    view = memoryview(buf)
+    while n := os.preadv(fd, [view], size):
+        hasher.update(cast(bytes, view[:n]))
+        size += n
+    return hasher.hexdigest(), size, b""
 
 
 def fast_hasher(function: DigestFunction) -> Hasher:

@@ -7,7 +7,10 @@ BLAKE3 and SHA256 blobs side by side. The empty blob is always present.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
+import itertools
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -18,6 +21,7 @@ from rbs.cas.errors import BlobNotFound, DigestMismatch
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
 CHUNK = 1 << 20
+_tmp_names = itertools.count()
 StrPath = str | os.PathLike[str]
 
 
@@ -213,12 +217,30 @@ class BlobStore(ABC):
     def export_file(
         self, digest: Digest, dest: Path, *, executable: bool = False, link: bool = True
     ) -> None:
-        """Write a blob to `dest` (which must not exist); backends may hardlink."""
+        """Write a blob to `dest` (which must not exist); backends may hardlink.
+
+        The copy goes to a temp file next to `dest` and takes its name only once
+        whole, so a failure (a corrupt blob, a full disk) leaves no partial file."""
+        if os.path.lexists(dest):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dest))
         mode = 0o555 if executable else 0o444
-        with self.open(digest) as src, open(dest, "xb") as out:
-            while chunk := src.read(CHUNK):
-                out.write(chunk)
-        os.chmod(dest, mode)
+        dest = Path(dest)
+        tmp = dest.with_name(f".{dest.name}.rbs-tmp-{os.getpid()}-{next(_tmp_names)}")
+        try:
+            with self.open(digest) as src, open(tmp, "xb") as out:
+                while chunk := src.read(CHUNK):
+                    out.write(chunk)
+            os.chmod(tmp, mode)
+            # A link, not a rename: it fails rather than replace a file made meanwhile.
+            try:
+                os.link(tmp, dest)
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                    raise
+                os.rename(tmp, dest)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     def require(self, digest: Digest) -> None:
         if digest.size and not self.contains(digest):

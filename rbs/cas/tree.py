@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.cas.digests import digest_from_pb, digest_to_pb
-from rbs.cas.errors import BlobNotFound, InvalidDigest, InvalidTree
+from rbs.cas.errors import BlobNotFound, CorruptBlob, InvalidDigest, InvalidTree
 from rbs.cas.fileio import map_in_slices
 from rbs.cas.store import Batch, BlobStore
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
@@ -231,7 +231,7 @@ def read_directory(store: BlobStore, digest: Digest) -> re_pb2.Directory:
     msg = re_pb2.Directory()
     try:
         msg.ParseFromString(store.get(digest))
-    except BlobNotFound:
+    except (BlobNotFound, CorruptBlob):
         raise
     except Exception as e:  # DecodeError and friends: the blob is not a Directory.
         raise InvalidTree(f"blob {digest} is not a valid Directory message: {e}") from None

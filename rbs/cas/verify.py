@@ -61,8 +61,8 @@ class VerifyingReader(io.RawIOBase):
             raise self._on_corrupt()
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        # Random access (ByteStream read offsets) cannot be verified as it goes; such
-        # reads rely on the check made when the blob was written.
+        # Random access cannot be verified as it goes; such reads rely on the inner
+        # store's own check (the disk store hashes a whole blob before serving any of it).
         self._verifying = False
         return self._f.seek(offset, whence)
 

@@ -226,8 +226,9 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         """
         try:
             first = get_message(self.store, root, re_pb2.Directory(), "tree root")
-        except (BlobNotFound, CorruptBlob):
+        except BlobNotFound:
             raise NotFound(f"tree root directory {root} is not in the CAS") from None
+        # A corrupt root (CorruptBlob) goes out as it is: NOT_FOUND, saying it was removed.
         queue = [first]
         seen = {root}
         i = 0
