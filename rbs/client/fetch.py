@@ -2,36 +2,71 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from pathlib import Path
 
 from rbs.cas.digests import digest_from_pb
+from rbs.cas.errors import CasError, DigestMismatch
 from rbs.cas.memory import MemoryStore
 from rbs.cas.tree import materialize, read_directory
-from rbs.client.http import HttpConnection
+from rbs.client.errors import JobError
+from rbs.client.http import ConnectError, HttpConnection, HttpError
 from rbs.model import Digest
 from rbs.wire.jobs_api_requests import blob_path
 
 
 def _get(conn: HttpConnection, d: Digest) -> bytes:
-    return conn.request("GET", blob_path(d)).body
+    try:
+        return conn.request("GET", blob_path(d)).body
+    except HttpError as e:
+        raise JobError(f"cannot download blob {d}: {e.message}") from None
+    except ConnectError as e:
+        raise JobError(f"cannot download blob {d}: {e}") from None
+
+
+def _put(store: MemoryStore, data: bytes, d: Digest) -> None:
+    try:
+        store.put(data, expected=d)
+    except DigestMismatch as e:
+        raise JobError(
+            f"the server sent bytes for blob {d} that do not match it ({e}); nothing was "
+            "written, try again (`rbs cas verify` on the server's store finds corrupt blobs)"
+        ) from None
 
 
 def fetch_tree(conn: HttpConnection, root: Digest, dest: Path) -> None:
-    """Fetch every Directory and file blob of `root` and recreate the tree at `dest`."""
-    store = MemoryStore()
-    stack = [root]
-    while stack:
-        d = stack.pop()
-        store.put(_get(conn, d), expected=d)
-        msg = read_directory(store, d)
-        stack.extend(digest_from_pb(c.digest, root.function) for c in msg.directories)
-        for f in msg.files:
-            fd = digest_from_pb(f.digest, root.function)
-            if fd.size and not store.contains(fd):
-                store.put(_get(conn, fd), expected=fd)
+    """Fetch every Directory and file blob of `root` and recreate the tree at `dest`.
+
+    Every blob is checked against its digest in memory before anything is written,
+    and the tree is built in a temp folder next to `dest` that takes its name only
+    when whole: a failed download leaves no partial file and no half-made tree.
+    Failures are JobError naming the blob."""
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
         raise FileExistsError(f"{dest} is not empty; choose another --dest or remove it")
     os.rmdir(dest)
-    materialize(store, root, dest, link=False)
+    store = MemoryStore()
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        _put(store, _get(conn, d), d)
+        try:
+            msg = read_directory(store, d)
+        except CasError as e:
+            raise JobError(f"output tree {root}: {e}") from None
+        stack.extend(digest_from_pb(c.digest, root.function) for c in msg.directories)
+        for f in msg.files:
+            fd = digest_from_pb(f.digest, root.function)
+            if fd.size and not store.contains(fd):
+                _put(store, _get(conn, fd), fd)
+    tmp = dest.with_name(f".{dest.name}.rbs-tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        materialize(store, root, tmp, link=False)
+        os.rename(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(tmp)
+        raise

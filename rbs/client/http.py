@@ -213,17 +213,26 @@ class HttpConnection:
         return resp
 
     def download(self, path: str, out: BinaryIO) -> int:
-        """GET `path` and write the body to `out` as it arrives; returns bytes written."""
-        self._send("GET", path, None, "")
-        status, headers = self._read_head()
-        if status >= 300:
-            payload = b"".join(self._chunks(headers))
+        """GET `path` and write the body to `out` as it arrives; returns bytes written.
+
+        A body that ends before its Content-Length (the server cut the connection) or
+        stalls past the timeout is a ConnectError, never a short success."""
+        try:
+            self._send("GET", path, None, "")
+            status, headers = self._read_head()
+            if status >= 300:
+                payload = b"".join(self._chunks(headers))
+                self.close()
+                raise _error(Response(status=status, headers=headers, body=payload))
+            n = 0
+            for chunk in self._chunks(headers):
+                out.write(chunk)
+                n += len(chunk)
+        except (OSError, ConnectionError) as e:
             self.close()
-            raise _error(Response(status=status, headers=headers, body=payload))
-        n = 0
-        for chunk in self._chunks(headers):
-            out.write(chunk)
-            n += len(chunk)
+            if isinstance(e, ConnectError):
+                raise
+            raise ConnectError(f"lost the connection to {self.host}:{self.port}: {e}") from None
         self._finish(headers)
         return n
 

@@ -310,6 +310,8 @@ _HTTP_TABLE: list[tuple[type[BaseException], str | None]] = [
     # rbs.units.SpecError is one: a flag, spec or manifest value that does not parse.
     (ValueError, "INVALID_ARGUMENT"),
     (BlobNotFound, "NOT_FOUND"),
+    # A corrupt blob has been removed: missing now, as over gRPC.
+    (CorruptBlob, "NOT_FOUND"),
     (CasError, "INVALID_ARGUMENT"),
 ]
 

@@ -32,9 +32,10 @@ D = Digest.of(b"x", DigestFunction.BLAKE3)
         (SpecError("--time", "soon", "not a duration", "1h"), (400, "INVALID_ARGUMENT")),
         (ValueError("malformed digest"), (400, "INVALID_ARGUMENT")),
         (BlobNotFound(D), (404, "NOT_FOUND")),
-        # Unlike gRPC (NOT_FOUND, RESOURCE_EXHAUSTED), the jobs API has always answered
-        # every other CAS error as the request's fault.
-        (CorruptBlob(D), (400, "INVALID_ARGUMENT")),
+        # A corrupt blob has been removed: missing now, as over gRPC.
+        (CorruptBlob(D), (404, "NOT_FOUND")),
+        # Unlike gRPC (RESOURCE_EXHAUSTED), the jobs API has always answered every other
+        # CAS error as the request's fault.
         (DigestMismatch(D, Digest.of(b"y", DigestFunction.BLAKE3)), (400, "INVALID_ARGUMENT")),
         (InvalidDigest("short hash"), (400, "INVALID_ARGUMENT")),
         (StoreFull(Path("/cas")), (400, "INVALID_ARGUMENT")),
