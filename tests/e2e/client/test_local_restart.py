@@ -201,6 +201,25 @@ def test_recorded_pids_of_other_processes_are_never_signalled(home: Path) -> Non
         other.wait(timeout=30)
 
 
+def _squat(port: int) -> socket.socket:
+    """A socket bound to the port of a server just killed.
+
+    The kernel may hold the dead server's connections on that port for a moment after
+    the process is gone (closing, not yet TIME_WAIT), so the bind is retried, bounded.
+    """
+    deadline = time.monotonic() + 30
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return s
+        except OSError:
+            s.close()
+            assert time.monotonic() < deadline, f"port {port} stayed busy after the server died"
+            time.sleep(0.05)
+
+
 def test_a_taken_port_moves_the_server_and_restarts_the_worker(home: Path) -> None:
     r = rbs(home, "job", "submit", "--", "sh", "-c", "echo go; sleep 3; echo done")
     assert r.returncode == 0, r.stderr
@@ -219,9 +238,7 @@ def test_a_taken_port_moves_the_server_and_restarts_the_worker(home: Path) -> No
         assert time.monotonic() < deadline, "the server did not die"
         time.sleep(0.01)
     # Something else listens on the server's port now.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.1", before["grpc_port"]))
+    with _squat(before["grpc_port"]) as squatter:
         squatter.listen()
         r = rbs(home, "job", "list")
         assert r.returncode == 0, r.stderr
