@@ -82,7 +82,7 @@ def open_store(config: Config) -> BlobStore:
 def hub_config_of(config: Config) -> HubConfig:
     cfg = config.execution
     return HubConfig(
-        heartbeat_interval=cfg.heartbeat_interval,
+        heartbeat_interval=config.worker_heartbeat_interval,
         heartbeat_timeout=cfg.heartbeat_timeout,
         reconnect_grace=cfg.reconnect_grace,
         max_attempts=cfg.max_attempts,

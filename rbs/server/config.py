@@ -111,6 +111,13 @@ class Config:
     jobs: SchedulerConfig = field(default_factory=SchedulerConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
+    @property
+    def worker_heartbeat_interval(self) -> float:
+        """How often workers heartbeat: `[execution] heartbeat_interval`, or more often
+        when `[jobs] heartbeat_timeout` is short, so that a live worker is heard at least
+        three times per job timeout (the job scheduler counts only what it hears)."""
+        return min(self.execution.heartbeat_interval, self.jobs.heartbeat_timeout / 3)
+
 
 _RESERVED_SEGMENTS = frozenset(
     {"blobs", "uploads", "actions", "actionResults", "operations", "capabilities"}

@@ -40,7 +40,15 @@ from rbs.scheduler.events import (
     WorkerDown,
     WorkerUp,
 )
-from rbs.scheduler.instructions import Accepted, Kill, Rejected, SaveJob, SaveTask, Start
+from rbs.scheduler.instructions import (
+    Accepted,
+    Kill,
+    Rejected,
+    SaveJob,
+    SaveTask,
+    SaveWorker,
+    Start,
+)
 from rbs.scheduler.state import SchedulerError
 from rbs.scheduler.store import Store
 from rbs.scheduler.views import JobView
@@ -148,6 +156,7 @@ class JobDriver:
         }
         self._slots: dict[str, set[str]] = {}  # worker -> active lease ids
         self._leases: dict[str, Start] = {}
+        self._heard: dict[str, float] = {}  # worker -> the hub's last_heartbeat relayed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -168,12 +177,29 @@ class JobDriver:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
-            # Connected workers are alive: the hub tracks their heartbeats and reports
-            # the lost ones (worker_lost); the core's own timeout covers a restart.
-            for view in self.hub.workers():
-                if view.state is ConnectionState.CONNECTED and view.info.job_slots:
-                    self._post(Heartbeat(worker_id=view.info.worker_id))
+            self._relay_heartbeats()
             self._post(Tick())
+
+    def _relay_heartbeats(self) -> None:
+        """Tell the core of each worker the hub heard from since the last tick.
+
+        Only what was heard counts: an open stream is no proof of life (a frozen worker
+        keeps its connection), so `[jobs] heartbeat_timeout` holds for every kind of
+        silence, whatever the hub's own, longer, timeout for build actions."""
+        for view in self.hub.workers():
+            wid = view.info.worker_id
+            if view.state is not ConnectionState.CONNECTED or not view.info.job_slots:
+                continue
+            if self._heard.get(wid) != view.last_heartbeat:
+                self._heard[wid] = view.last_heartbeat
+                self._post(Heartbeat(worker_id=wid))
+
+    def _worker_saved(self, ins: SaveWorker) -> None:
+        if not ins.record.alive:
+            # Given up while its stream may still be open (frozen): close it, so that
+            # awake it registers afresh and its runs given away meanwhile are stopped.
+            self._heard.pop(ins.record.worker_id, None)
+            self.hub.drop(ins.record.worker_id)
 
     def _post(self, event: Event, future: asyncio.Future[Any] | None = None) -> None:
         self._queue.put_nowait((event, future))
@@ -224,6 +250,8 @@ class JobDriver:
                 if self._states.get(rec.job_id) is not rec.state:
                     self._states[rec.job_id] = rec.state
                     self.logs.wake(rec.job_id)
+            elif isinstance(ins, SaveWorker):
+                self._worker_saved(ins)
             elif isinstance(ins, SaveTask) and not ins.record.active:
                 for node in ins.record.nodes:
                     run = RunRef(

@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import grpc
@@ -60,6 +60,7 @@ from rbs.scheduler.dispatch_instructions import (
 )
 from rbs.scheduler.events import RunRef
 from rbs.server.operations import OperationStore
+from rbs.server.worker_records import info_from_json, worker_info
 from rbs.wire.errors import InvalidRequest, rpc_errors
 from rbs.wire.workers import ProtocolMismatch, check_protocol
 from rbs.wire.workers_actions import (
@@ -207,7 +208,7 @@ class WorkerHub:
             by_worker.setdefault(lease.worker_id, []).append(lease)
         for worker_id, info_json, _ in workers:
             try:
-                info = _info_from_json(info_json)
+                info = info_from_json(info_json)
             except (ValueError, TypeError) as e:
                 log.warning("ignoring unreadable record of worker %s: %s", worker_id, e)
                 continue
@@ -231,6 +232,13 @@ class WorkerHub:
             return False
         session.outbox.put_nowait(order)
         return True
+
+    def drop(self, worker_id: str) -> None:
+        """End a worker's stream if it is open (the job scheduler gave it up): awake, it
+        registers afresh, and the runs given away meanwhile are stopped on it."""
+        session = self._sessions.get(worker_id)
+        if session is not None:
+            session.outbox.put_nowait(None)
 
     def workers(self) -> list[WorkerView]:
         """Every worker the dispatcher knows, by id, with its connection state."""
@@ -295,7 +303,7 @@ class WorkerHub:
     # ------------------------------------------------------------------ sessions
 
     def attach(self, register: Registration) -> _Session:
-        info = _worker_info(register)
+        info = worker_info(register)
         old = self._sessions.get(info.worker_id)
         if old is not None:
             # The worker opened a new stream before we noticed the old one end.
@@ -399,36 +407,6 @@ class WorkerHub:
 
 def _rank_of(lease_id: str) -> int:
     return RunRef.parse_lease(lease_id).rank
-
-
-def _worker_info(r: Registration) -> WorkerInfo:
-    """What the dispatcher and the job driver know of a registered worker."""
-    try:
-        return WorkerInfo(
-            worker_id=r.worker_id,
-            name=r.name or r.hostname,
-            hostname=r.hostname,
-            address=r.address,
-            cpus=r.cpus,
-            memory_bytes=r.memory_bytes,
-            gpu_ids=r.gpu_ids,
-            build_slots=r.build_slots,
-            job_slots=r.job_slots,
-            container_runtimes=r.container_runtimes,
-            version=r.version,
-        )
-    except ValueError as e:
-        raise InvalidRequest(f"bad Register message: {e}") from None
-
-
-def _info_from_json(text: str) -> WorkerInfo:
-    data: dict[str, Any] = json.loads(text)
-    # Records written by another rbs version may have other fields: keep the known ones.
-    known = {f.name for f in fields(WorkerInfo)}
-    data = {k: v for k, v in data.items() if k in known}
-    for key in ("gpu_ids", "container_runtimes"):
-        data[key] = tuple(data.get(key, ()))
-    return WorkerInfo(**data)
 
 
 class WorkersServicer(w_grpc.WorkersServicer):  # type: ignore[misc]

@@ -10,7 +10,7 @@ import pytest
 from rbs.cli.worker import _parse_gpus
 from rbs.executor.machine import machine_resources
 from rbs.executor.worker import WorkerConfig, worker_id_for
-from rbs.server.workers_service import _info_from_json
+from rbs.server.worker_records import info_from_json
 
 
 def test_gpu_lists() -> None:
@@ -41,5 +41,5 @@ def test_machine_resources_are_real() -> None:
 
 
 def test_worker_records_from_other_versions_are_read() -> None:
-    info = _info_from_json('{"worker_id": "w", "build_slots": 2, "gpu_ids": ["0"], "new": 1}')
+    info = info_from_json('{"worker_id": "w", "build_slots": 2, "gpu_ids": ["0"], "new": 1}')
     assert info.worker_id == "w" and info.gpu_ids == ("0",) and info.build_slots == 2

@@ -1,0 +1,85 @@
+"""A worker daemon frozen (SIGSTOP) is lost after `[jobs] heartbeat_timeout`, not later."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+from jobs_harness import JobCluster, kill_group, spawn_rbs, stop_process, wait_for, wait_ready
+
+from rbs.scheduler.config import SchedulerConfig
+from rbs.server.job_driver import TICK_S
+
+TIMEOUT_S = 3.0
+
+
+def _group_gone(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_frozen_worker_is_lost_within_the_jobs_heartbeat_timeout(tmp_path: Path) -> None:
+    # The hub's own timeout for build actions stays at its default (30 s): the job
+    # scheduler must not wait for it.
+    cluster = JobCluster(
+        tmp_path / "server", jobs=SchedulerConfig(heartbeat_timeout=TIMEOUT_S, validate=True)
+    )
+    pid_file = tmp_path / "pid"
+    attempts = tmp_path / "attempts"
+    log = tmp_path / "w1.log"
+    w1 = spawn_rbs(
+        [
+            "remote",
+            "worker",
+            "--server",
+            cluster.address,
+            "--work-dir",
+            str(tmp_path / "w1"),
+            "--job-slots",
+            "1",
+            "--ready-file",
+            str(tmp_path / "w1.ready"),
+        ],
+        log,
+    )
+    stopped = False
+    try:
+        w1_id = wait_ready(w1, tmp_path / "w1.ready", log)["worker_id"]
+        client = cluster.client()
+        script = (
+            f'echo "$RBS_ATTEMPT" >> {attempts}; '
+            f'if [ "$RBS_ATTEMPT" = 1 ]; then echo $$ > {pid_file}.tmp; '
+            f"mv {pid_file}.tmp {pid_file}; exec sleep 60; fi; echo second run"
+        )
+        job = client.submit(["sh", "-c", script])
+        wait_for("the job to run", pid_file.exists)
+        first_pid = int(pid_file.read_text())
+        os.kill(w1.pid, signal.SIGSTOP)
+        stopped = True
+        frozen_at = time.monotonic()
+        wait_for("the frozen worker to be lost", lambda: w1_id not in cluster.live_workers())
+        took = time.monotonic() - frozen_at
+        # Heard at most one heartbeat interval (timeout / 3) before the freeze; lost one
+        # timeout after that, noticed at the next tick (plus polling and a loaded host).
+        assert TIMEOUT_S * 2 / 3 - TICK_S <= took <= TIMEOUT_S + TICK_S + 1.0, took
+        os.kill(w1.pid, signal.SIGCONT)
+        stopped = False
+        # Awake, its stream closed by the server, it registers afresh: the run the
+        # scheduler gave up is stopped there and the job runs again as attempt 2.
+        info = cluster.wait(job)
+        assert info.state == "COMPLETED", info.raw
+        assert attempts.read_text().split() == ["1", "2"]
+        wait_for("attempt 1's process group to be gone", lambda: _group_gone(first_pid))
+    finally:
+        if stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w1.pid, signal.SIGCONT)
+        kill_group(pid_file)
+        stop_process(w1)
+        cluster.stop()
