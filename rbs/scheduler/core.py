@@ -87,6 +87,10 @@ class Scheduler:
             check_invariants(st)
         return st.flush()
 
+    def adopt(self, other: Scheduler) -> None:
+        """Take over `other`'s state: the journal's rebuild, after a step whose write failed."""
+        self._st = other._st
+
     def _dispatch(self, ev: Event) -> None:
         st = self._st
         if isinstance(ev, Submit):

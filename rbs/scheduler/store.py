@@ -6,14 +6,17 @@ NORMAL would do). The cost is one fsync per commit; the driver commits once per 
 events, so under load one fsync covers many submissions. `durable=False` selects NORMAL.
 
 Rows are written from the Save* instructions only; a restart rebuilds the scheduler with
-`Store.restore`, which loads every job and the runs still active.
+`Store.restore`, which loads every job and the runs still active. `Store.step` makes a
+scheduler step atomic with its write: when the transaction fails (the disk is full), the
+scheduler is rebuilt from the journal, which holds exactly the state before the step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,9 @@ from typing import Any
 from rbs.model import JobState
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
+from rbs.scheduler.events import Event
 from rbs.scheduler.instructions import (
+    Accepted,
     Instruction,
     JobRecord,
     NodeRecord,
@@ -32,6 +37,7 @@ from rbs.scheduler.instructions import (
     TaskRecord,
     WorkerRecord,
 )
+from rbs.wire.errors import StorageFull
 from rbs.wire.manifest import manifest_from_json, manifest_to_json
 
 SCHEMA_VERSION = 1
@@ -69,6 +75,8 @@ CREATE TABLE IF NOT EXISTS transitions (
     at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS transitions_job ON transitions (job_id);
+-- A client's submit request id -> the job it made, so a retried submit makes no second job.
+CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, job_id INTEGER NOT NULL);
 CREATE TRIGGER IF NOT EXISTS jobs_born AFTER INSERT ON jobs BEGIN
     INSERT INTO transitions (job_id, state, reason, at)
     VALUES (NEW.id, NEW.state, NEW.reason, NEW.updated);
@@ -118,8 +126,43 @@ class Store:
     def close(self) -> None:
         self._db.close()
 
-    def apply(self, instructions: Iterable[Instruction], now: float) -> None:
-        """Write every Save* instruction in one transaction; other instructions are skipped."""
+    def step(
+        self,
+        sched: Scheduler,
+        events: Sequence[Event],
+        now: float,
+        *,
+        request_ids: Mapping[str, str] | None = None,
+    ) -> list[Instruction]:
+        """`sched.handle_many(events, now)` and its journal write, as one step: if the write
+        fails, `sched` is rebuilt from the journal (the state before the step, the job id
+        counter included) and the error is raised. `request_ids` maps a Submit's event id
+        to the client's request id, journaled with the job it made."""
+        instructions = sched.handle_many(events, now)
+        requests = []
+        if request_ids:
+            requests = [
+                (request_ids[ins.event_id], ins.job_id)
+                for ins in instructions
+                if isinstance(ins, Accepted) and ins.job_id and ins.event_id in request_ids
+            ]
+        try:
+            self.apply(instructions, now, requests=requests)
+        except BaseException:
+            sched.adopt(self.restore(sched.config, now, validate=sched.validate))
+            raise
+        return instructions
+
+    def apply(
+        self,
+        instructions: Iterable[Instruction],
+        now: float,
+        *,
+        requests: Iterable[tuple[str, int]] = (),
+    ) -> None:
+        """Write every Save* instruction (and request id -> job id) in one transaction;
+        other instructions are skipped. A full disk raises StorageFull naming the folder."""
+        requests = list(requests)
         jobs, tasks, workers = [], [], []
         for ins in instructions:
             if isinstance(ins, SaveJob):
@@ -128,11 +171,11 @@ class Store:
                 tasks.append(_task_row(ins.record))
             elif isinstance(ins, SaveWorker):
                 workers.append((ins.record.worker_id, json.dumps(_worker_body(ins.record))))
-        if not (jobs or tasks or workers):
+        if not (jobs or tasks or workers or requests):
             return
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             db.executemany(
                 "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET "
                 "state=excluded.state, reason=excluded.reason, body=excluded.body, "
@@ -141,9 +184,19 @@ class Store:
             )
             db.executemany("INSERT OR REPLACE INTO tasks VALUES (?,?,?,?,?,?)", tasks)
             db.executemany("INSERT OR REPLACE INTO workers VALUES (?,?)", workers)
+            db.executemany("INSERT OR IGNORE INTO requests VALUES (?,?)", requests)
             db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
+        except BaseException as e:
+            # SQLite may have rolled back already (it does on SQLITE_FULL): a second
+            # ROLLBACK would fail and hide the real error.
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error) and _is_full(e):
+                raise StorageFull(
+                    f"free space under {self.path.parent} (the job journal could not be "
+                    f"written: {e})"
+                ) from e
             raise
 
     # ---- reading back
@@ -176,6 +229,10 @@ class Store:
             config, jobs=jobs, tasks=tasks, workers=workers, now=now, validate=validate
         )
 
+    def requests(self) -> dict[str, int]:
+        """Every journaled submit request id and the job it made."""
+        return dict(self._db.execute("SELECT id, job_id FROM requests"))
+
     def task_history(self, job_id: int, index: int | None = None) -> list[TaskRecord]:
         """Every recorded attempt of a task (all tasks of the job when index is None)."""
         sql = "SELECT job_id, idx, attempt, state, active, body FROM tasks WHERE job_id = ?"
@@ -193,6 +250,11 @@ class Store:
             (job_id,),
         )
         return [Transition(job_id=j, state=JobState(s), reason=r, at=a) for j, s, r, a in rows]
+
+
+def _is_full(e: sqlite3.Error) -> bool:
+    code = getattr(e, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or "database or disk is full" in str(e)
 
 
 # ---- row codecs

@@ -91,6 +91,12 @@ class Unauthenticated(RequestError):
     """A missing or wrong bearer token (UNAUTHENTICATED)."""
 
 
+class StorageFull(RequestError):
+    """The server cannot write under its data dir (disk or quota full): RESOURCE_EXHAUSTED
+    over gRPC, 507 Insufficient Storage over the jobs API. The message names the folder to
+    free; nothing of the refused request was kept."""
+
+
 class FailedPrecondition(RequestError):
     """The server cannot serve the request as things stand, e.g. a peer of another version
     (FAILED_PRECONDITION)."""
@@ -119,6 +125,7 @@ _TABLE: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (OutOfRange, grpc.StatusCode.OUT_OF_RANGE),
     (TooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StorageFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (BlobNotFound, grpc.StatusCode.NOT_FOUND),
     # A corrupt blob has been removed; NOT_FOUND makes clients upload it again.
     (CorruptBlob, grpc.StatusCode.NOT_FOUND),
@@ -298,12 +305,15 @@ HTTP_STATUS: dict[str, int] = {
     "NOT_FOUND": 404,
     "FAILED_PRECONDITION": 412,
     "INTERNAL": 500,
+    # Only StorageFull maps here: the operator must free space, the request was fine.
+    "RESOURCE_EXHAUSTED": 507,
 }
 
 # Most specific first: the first matching row wins. A row without a code is for an error
 # that names its own code in a `code` attribute (the job driver's refusals).
 _HTTP_TABLE: list[tuple[type[BaseException], str | None]] = [
     (Unauthenticated, "UNAUTHENTICATED"),
+    (StorageFull, "RESOURCE_EXHAUSTED"),
     (FailedPrecondition, "FAILED_PRECONDITION"),
     (NotFound, "NOT_FOUND"),
     (InvalidRequest, "INVALID_ARGUMENT"),

@@ -19,6 +19,7 @@ from rbs.wire.auth import check_header, read_token_file
 from rbs.wire.errors import (
     InvalidRequest,
     MissingBlobs,
+    StorageFull,
     UnknownInstance,
     code_of,
     status_of,
@@ -82,6 +83,7 @@ def test_error_table() -> None:
         CorruptBlob(d): grpc.StatusCode.NOT_FOUND,
         DigestMismatch(d, Digest.of(b"y", SHA)): grpc.StatusCode.INVALID_ARGUMENT,
         StoreFull(Path("/x")): grpc.StatusCode.RESOURCE_EXHAUSTED,
+        StorageFull("free space under /x"): grpc.StatusCode.RESOURCE_EXHAUSTED,
     }
     for exc, code in cases.items():
         assert code_of(exc) is code, exc

@@ -14,6 +14,7 @@ from rbs.wire.errors import (
     FailedPrecondition,
     InvalidRequest,
     NotFound,
+    StorageFull,
     Unauthenticated,
     http_error,
     register_http_error,
@@ -39,6 +40,8 @@ D = Digest.of(b"x", DigestFunction.BLAKE3)
         (DigestMismatch(D, Digest.of(b"y", DigestFunction.BLAKE3)), (400, "INVALID_ARGUMENT")),
         (InvalidDigest("short hash"), (400, "INVALID_ARGUMENT")),
         (StoreFull(Path("/cas")), (400, "INVALID_ARGUMENT")),
+        # The job journal or log store cannot be written: the operator frees space.
+        (StorageFull("free space under /data"), (507, "RESOURCE_EXHAUSTED")),
     ],
 )
 def test_each_domain_error_has_its_status_and_code(exc: Exception, answer: tuple[int, str]) -> None:
@@ -57,6 +60,7 @@ def test_the_statuses_are_the_documented_ones() -> None:
         "NOT_FOUND": 404,
         "FAILED_PRECONDITION": 412,
         "INTERNAL": 500,
+        "RESOURCE_EXHAUSTED": 507,
     }
 
 
