@@ -150,14 +150,26 @@ class JobsClient:
             m, prov = apply_flags(manifest, provenance, cli_flags, command=command, input_root=root)
             return self.submit_manifest(m, prov)
         # The server layers the flags (apply_flags) and answers a bad value naming its flag.
-        body = req.submit_flags_body(command, cli_flags, root)
-        return jobs_api.submitted_id(self._call("POST", req.JOBS_PATH, body))
+        body = req.submit_flags_body(command, cli_flags, root, req.new_request_id())
+        return self._submit(body)
 
     def submit_manifest(
         self, manifest: JobManifest, provenance: Mapping[str, str] | None = None
     ) -> str:
-        body = req.submit_manifest_body(manifest, provenance)
-        return jobs_api.submitted_id(self._call("POST", req.JOBS_PATH, body))
+        body = req.submit_manifest_body(manifest, provenance, req.new_request_id())
+        return self._submit(body)
+
+    def _submit(self, body: dict[str, Any]) -> str:
+        """POST a submit; on a lost connection, once more with the same request id, which
+        the server answers with the job the first try made, if it made one."""
+        try:
+            answer = self.conn.request("POST", req.JOBS_PATH, json_body=body).json()
+        except HttpError as e:
+            raise JobError(e.message) from None
+        except ConnectError:
+            self._reconnect(time.monotonic() + RECONNECT_S, 0.1)
+            answer = self._call("POST", req.JOBS_PATH, body)
+        return jobs_api.submitted_id(answer)
 
     def stage(self, inputs: Sequence[str], *, cwd: Path | None = None) -> StageResult:
         from pathlib import Path

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rbs.model import Digest, JobManifest, JobState
+from rbs.model import JobManifest, JobState
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
 from rbs.scheduler.dispatch import ConnectionState
@@ -52,21 +52,29 @@ from rbs.scheduler.instructions import (
 from rbs.scheduler.state import SchedulerError
 from rbs.scheduler.store import Store
 from rbs.scheduler.views import JobView
-from rbs.server.job_logs import JobLogs
+from rbs.server.job_logs import JobLogs, LogIntake
+from rbs.server.job_outputs import JobOutputs
 from rbs.server.workers_service import WorkerHub
+from rbs.wire.errors import StorageFull
 from rbs.wire.workers_jobs import (
     JobFinishedReport,
     JobLeaseInfo,
     JobReport,
     JobStartedReport,
     KillOrder,
-    LogAck,
     LogBatch,
 )
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25
+# After a step whose journal write failed (disk full), the next try waits this long,
+# doubling up to the maximum, so a full disk costs a rebuild of the core now and then.
+RETRY_S = 0.25
+RETRY_MAX_S = 2.0
+# Events retried after a failed write: the worker's reports, which nobody re-sends.
+# Client requests are answered with the error instead (they retry themselves).
+_HELD_EVENTS = (TaskStarted, TaskExited, WorkerUp, WorkerDown)
 
 
 class JobRequestError(Exception):
@@ -75,55 +83,6 @@ class JobRequestError(Exception):
     def __init__(self, message: str, code: str = "INVALID_ARGUMENT") -> None:
         super().__init__(message)
         self.code = code
-
-
-class _Outputs:
-    """Output tree digests per run, as workers report them."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS outputs (job_id INTEGER, task INTEGER, attempt INTEGER, "
-            "digest TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (job_id, task, attempt))"
-        )
-        # The newest checkpoint of each task, restored into its next attempt.
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS checkpoints (job_id INTEGER, task INTEGER, "
-            "attempt INTEGER, digest TEXT NOT NULL, PRIMARY KEY (job_id, task))"
-        )
-
-    def record(self, run: RunRef, digest: Digest) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO outputs VALUES (?,?,?,?,?)",
-            (
-                run.job_id,
-                -1 if run.index is None else run.index,
-                run.attempt,
-                str(digest),
-                time.time(),
-            ),
-        )
-
-    def record_checkpoint(self, run: RunRef, digest: Digest) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?)",
-            (run.job_id, -1 if run.index is None else run.index, run.attempt, str(digest)),
-        )
-
-    def checkpoint(self, job_id: int, index: int | None) -> Digest | None:
-        row = self._db.execute(
-            "SELECT digest FROM checkpoints WHERE job_id = ? AND task = ?",
-            (job_id, -1 if index is None else index),
-        ).fetchone()
-        return Digest.parse(row[0]) if row else None
-
-    def latest(self, job_id: int) -> list[dict[str, Any]]:
-        rows = self._db.execute(
-            "SELECT task, attempt, digest FROM outputs o WHERE job_id = ? AND attempt = "
-            "(SELECT MAX(attempt) FROM outputs WHERE job_id = o.job_id AND task = o.task) ORDER BY task",
-            (job_id,),
-        ).fetchall()
-        return [{"task": None if t == -1 else t, "attempt": a, "digest": d} for t, a, d in rows]
 
 
 class JobDriver:
@@ -143,11 +102,12 @@ class JobDriver:
         self.store = Store(data_dir / "jobs.db", durable=config.durable)
         self.sched: Scheduler = self.store.restore(config, clock())
         self.logs = JobLogs(data_dir / "job_logs.db")
+        self.intake = LogIntake(self.logs, hub.send)
         self._out_db = sqlite3.connect(
             data_dir / "job_outputs.db", isolation_level=None, check_same_thread=False
         )
         self._out_db.execute("PRAGMA journal_mode=WAL")
-        self.outputs = _Outputs(self._out_db)
+        self.outputs = JobOutputs(self._out_db)
         self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Any] | None]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -156,6 +116,15 @@ class JobDriver:
         }
         self._slots: dict[str, set[str]] = {}  # worker -> active lease ids
         self._leases: dict[str, Start] = {}
+        # Journal-full handling (see docs/design/scheduler.md, "Persistence"): reports
+        # to retry, results not yet stored, and submit request ids.
+        self._held: list[tuple[Event, asyncio.Future[Any] | None]] = []
+        self._held_finished: list[tuple[str, JobFinishedReport]] = []
+        self._finished_waiting = False
+        self._journal_error: str | None = None
+        self._requests: dict[str, int] = self.store.requests()
+        self._request_of: dict[str, str] = {}  # Submit event id -> request id
+        self._submitting: dict[str, asyncio.Future[Any]] = {}  # request id -> its answer
         self._heard: dict[str, float] = {}  # worker -> the hub's last_heartbeat relayed
 
     # ------------------------------------------------------------------ lifecycle
@@ -179,6 +148,7 @@ class JobDriver:
             await asyncio.sleep(TICK_S)
             self._relay_heartbeats()
             self._post(Tick())
+            self._retry_reports()
 
     def _relay_heartbeats(self) -> None:
         """Tell the core of each worker the hub heard from since the last tick.
@@ -210,6 +180,7 @@ class JobDriver:
         return await fut
 
     async def _run(self) -> None:
+        delay = RETRY_S
         while True:
             batch = [await self._queue.get()]
             while not self._queue.empty() and len(batch) < 2000:
@@ -217,17 +188,53 @@ class JobDriver:
             try:
                 self._step(batch)
             except Exception as e:
-                log.exception("scheduler step failed")
-                for _, fut in batch:
-                    if fut is not None and not fut.done():
-                        fut.set_exception(
-                            JobRequestError(f"internal scheduler error: {e}", "INTERNAL")
-                        )
+                self._step_failed(batch, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+            else:
+                delay = RETRY_S
+
+    def _step_failed(
+        self, batch: list[tuple[Event, asyncio.Future[Any] | None]], e: Exception
+    ) -> None:
+        """The step changed nothing (Store.step rebuilt the core): answer the clients with
+        the error, keep the workers' reports for the next step."""
+        if isinstance(e, StorageFull):
+            if self._journal_error is None:
+                log.error("%s; jobs wait until then", e)
+            self._journal_error = str(e)
+            err: Exception = e
+        else:
+            log.exception("scheduler step failed")
+            err = JobRequestError(f"internal scheduler error: {e}", "INTERNAL")
+        for event, fut in batch:
+            self._request_of.pop(event.event_id, None)
+            if fut is not None:
+                if not fut.done():
+                    fut.set_exception(err)
+            elif isinstance(event, _HELD_EVENTS):
+                self._held.append((event, None))
 
     def _step(self, batch: list[tuple[Event, asyncio.Future[Any] | None]]) -> None:
         now = self._clock()
-        instructions = self.sched.handle_many([e for e, _ in batch], now)
-        self.store.apply(instructions, now)  # durable before anything is answered or sent
+        if self._held:
+            batch = self._held + batch
+            self._held = []
+        # Atomic with its journal write: durable before anything is answered or sent.
+        instructions = self.store.step(
+            self.sched, [e for e, _ in batch], now, request_ids=self._request_of
+        )
+        if self._journal_error is not None and any(
+            isinstance(i, SaveJob | SaveTask | SaveWorker) for i in instructions
+        ):
+            log.warning("the job journal is written again (%s before)", self._journal_error)
+            self._journal_error = None
+        if self._request_of:
+            for ins in instructions:
+                if isinstance(ins, Accepted) and ins.event_id in self._request_of:
+                    self._requests[self._request_of[ins.event_id]] = ins.job_id
+            for e, _ in batch:
+                self._request_of.pop(e.event_id, None)
         futures = {e.event_id: f for e, f in batch if f is not None}
         for ins in instructions:
             if isinstance(ins, Accepted):
@@ -336,15 +343,39 @@ class JobDriver:
             run = RunRef.parse_lease(report.lease_id)
             self._post(TaskStarted(run=run, worker_id=worker_id))
         elif isinstance(report, JobFinishedReport):
-            fin = report
+            self._held_finished.append((worker_id, report))
+            self._retry_finished()
+        elif isinstance(report, LogBatch):
+            self.intake.add(worker_id, report)
+
+    # ------------------------------------------------------------------ held reports
+
+    def _retry_reports(self) -> None:
+        if self._held_finished:
+            self._retry_finished()
+        self.intake.retry()
+
+    def _retry_finished(self) -> None:
+        """Record results' outputs, in order, and hand their exits to the core; one the
+        outputs table cannot take (disk full) waits with those after it."""
+        while self._held_finished:
+            worker_id, fin = self._held_finished[0]
             run = RunRef.parse_lease(fin.lease_id)
             # In a gang, rank 0 drives: its outputs and checkpoint are the job's. The
             # other ranks are stopped after it ends and would overwrite them.
             lead = run.rank == 0
-            if lead and fin.output_tree is not None:
-                self.outputs.record(run, fin.output_tree)
-            if lead and fin.checkpoint_tree is not None:
-                self.outputs.record_checkpoint(run, fin.checkpoint_tree)
+            try:
+                if lead and fin.output_tree is not None:
+                    self.outputs.record(run, fin.output_tree)
+                if lead and fin.checkpoint_tree is not None:
+                    self.outputs.record_checkpoint(run, fin.checkpoint_tree)
+            except sqlite3.Error as e:
+                if not self._finished_waiting:
+                    log.warning("lease %s: its outputs wait to be recorded: %s", fin.lease_id, e)
+                self._finished_waiting = True
+                return
+            self._finished_waiting = False
+            self._held_finished.pop(0)
             self._post(
                 TaskExited(
                     run=run,
@@ -355,18 +386,6 @@ class JobDriver:
                     peak_memory_bytes=fin.peak_memory_bytes or None,
                 )
             )
-        elif isinstance(report, LogBatch):
-            lines = report.lines
-            self.logs.append(int(report.job_id), lines)
-            if lines:
-                ack = LogAck(
-                    job_id=report.job_id,
-                    task_index=report.task_index,
-                    attempt=report.attempt,
-                    log_seq=max(x.seq for x in lines),
-                    lease_id=report.lease_id,
-                )
-                self.hub.send(worker_id, ack)
 
     def job_counts(self) -> Mapping[str, int]:
         counts: dict[str, int] = {}
@@ -379,10 +398,33 @@ class JobDriver:
 
     # ------------------------------------------------------------------ client calls
 
-    async def submit(self, manifest: JobManifest, provenance: Mapping[str, str]) -> int:
-        job_id: int = await self._call(
-            Submit(manifest=manifest, provenance=tuple(sorted(provenance.items())))
-        )
+    async def submit(
+        self,
+        manifest: JobManifest,
+        provenance: Mapping[str, str],
+        request_id: str | None = None,
+    ) -> int:
+        """Submit a job; a `request_id` seen before answers the job it made (journaled
+        with it, so also across a restart) instead of making a second one."""
+        if request_id is not None:
+            known = self._requests.get(request_id)
+            if known is not None:
+                return known
+            inflight = self._submitting.get(request_id)
+            if inflight is not None:
+                job_id: int = await asyncio.shield(inflight)
+                return job_id
+        event = Submit(manifest=manifest, provenance=tuple(sorted(provenance.items())))
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if request_id is not None:
+            self._request_of[event.event_id] = request_id
+            self._submitting[request_id] = fut
+        self._post(event, fut)
+        try:
+            job_id = await asyncio.shield(fut)
+        finally:
+            if request_id is not None and self._submitting.get(request_id) is fut:
+                del self._submitting[request_id]
         return job_id
 
     async def cancel(self, targets: list[TaskRef]) -> None:

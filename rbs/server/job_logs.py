@@ -5,17 +5,29 @@ after a reconnect or a server restart they re-send from the last acknowledged li
 The primary key (job, task, attempt, rank, worker seq) turns those re-sends into no-ops,
 and each line that is new gets the job's next display sequence number: one gap-free
 order over all tasks and attempts, which `rbs job logs -f` resumes from.
+
+`LogIntake` acknowledges a batch only once it is stored: when the store cannot write
+(disk full), batches wait in memory, in order, unacknowledged (so the worker keeps them
+in its spool too), and go in once it can.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rbs.model import LogLine, LogStream
+from rbs.wire.workers_jobs import JobOrder, LogAck, LogBatch
+
+log = logging.getLogger(__name__)
+
+# Log lines kept in memory while the store cannot write; past this, the worker's spool
+# keeps them (they come again when it reconnects).
+MAX_HELD_LOG_LINES = 200_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lines (
@@ -80,7 +92,10 @@ class JobLogs:
                     added += 1
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite may have rolled back already (it does when the disk is full).
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
             self._next.pop(job_id, None)
             raise
         self._next[job_id] = seq
@@ -131,3 +146,64 @@ class JobLogs:
         ev = self._waiters.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ev.wait(), timeout)
+
+
+class LogIntake:
+    """Workers' log batches into `JobLogs`, in arrival order, each acked once stored."""
+
+    def __init__(self, logs: JobLogs, send: Callable[[str, JobOrder], object]) -> None:
+        self._logs = logs
+        self._send = send
+        self._held: list[tuple[str, LogBatch]] = []
+        self._held_lines = 0
+        # lease -> the first line let go from memory: never acked from there on, so
+        # the worker re-sends it (and what follows) on its next stream.
+        self._gaps: dict[str, int] = {}
+        self._waiting = False  # the store refused a batch (said once per episode)
+
+    @property
+    def held(self) -> int:
+        """How many batches wait to be stored."""
+        return len(self._held)
+
+    def add(self, worker_id: str, batch: LogBatch) -> None:
+        self._held.append((worker_id, batch))
+        self._held_lines += len(batch.lines)
+        self.retry()
+
+    def retry(self) -> None:
+        """Store what waits, oldest first; stop at the first batch the store refuses."""
+        while self._held:
+            worker_id, batch = self._held[0]
+            lines = batch.lines
+            try:
+                self._logs.append(int(batch.job_id), lines)
+            except sqlite3.Error as e:
+                if not self._waiting:
+                    log.warning("job %s: log lines wait to be stored: %s", batch.job_id, e)
+                self._waiting = True
+                break
+            if self._waiting:
+                log.warning("job logs are stored again")
+                self._waiting = False
+            self._held.pop(0)
+            self._held_lines -= len(lines)
+            seq = max((x.seq for x in lines), default=0)
+            gap = self._gaps.get(batch.lease_id)
+            if gap is not None:
+                seq = min(seq, gap - 1)
+            if seq > 0:
+                ack = LogAck(
+                    job_id=batch.job_id,
+                    task_index=batch.task_index,
+                    attempt=batch.attempt,
+                    log_seq=seq,
+                    lease_id=batch.lease_id,
+                )
+                self._send(worker_id, ack)
+        while self._held_lines > MAX_HELD_LOG_LINES and len(self._held) > 1:
+            _, dropped = self._held.pop()  # the newest: the worker's spool has them
+            self._held_lines -= len(dropped.lines)
+            if dropped.lines:
+                first = min(x.seq for x in dropped.lines)
+                self._gaps[dropped.lease_id] = min(first, self._gaps.get(dropped.lease_id, first))

@@ -126,7 +126,9 @@ class JobsApi:
     async def submit(self, request: web.Request) -> web.Response:
         # A flags body is layered into a manifest here (rbs.wire.manifest.apply_flags), so
         # the CLI imports none of that code (start-up time); errors name the flag.
-        manifest, prov = req.submit_request(await self._json(request))
+        body = await self._json(request)
+        manifest, prov = req.submit_request(body)
+        request_id = req.submit_request_id(body)
         if manifest.input_root is not None:
             missing = self.store.find_missing([manifest.input_root])
             if missing:
@@ -134,7 +136,7 @@ class JobsApi:
                     f"the input tree {manifest.input_root} is not in the "
                     "cluster's CAS; upload it first"
                 )
-        job_id = await self.driver.submit(manifest, prov)
+        job_id = await self.driver.submit(manifest, prov, request_id)
         return web.json_response(jobs_api.submitted_doc(job_id))
 
     async def list_jobs(self, request: web.Request) -> web.Response:

@@ -16,6 +16,8 @@ server calls it.
 
 from __future__ import annotations
 
+import os
+
 # Not imported from typing, which costs `rbs job submit` start-up for nothing at run
 # time; type checkers treat this name as true all the same.
 TYPE_CHECKING = False
@@ -48,25 +50,46 @@ def _query(q: Mapping[str, str]) -> str:
 # ---------------------------------------------------------------- client: values -> requests
 
 
+def new_request_id() -> str:
+    """A fresh submit request id: a random UUID (version 4), without importing uuid."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _with_id(body: dict[str, Any], request_id: str | None) -> dict[str, Any]:
+    if request_id is not None:
+        body["request_id"] = request_id
+    return body
+
+
 def submit_flags_body(
-    command: Sequence[str] | None, flags: Mapping[str, Any], input_root: Digest | None
+    command: Sequence[str] | None,
+    flags: Mapping[str, Any],
+    input_root: Digest | None,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     """`POST /v1/jobs` with `rbs job submit`'s flags as typed (`{"--time": "1h"}`): the
-    server layers them into the manifest, so the client imports none of that code."""
-    return {
+    server layers them into the manifest, so the client imports none of that code.
+    `request_id` (`new_request_id`, once per submit call) makes a retried call safe."""
+    body = {
         "command": list(command or ()),
         "flags": dict(flags),
         "input_root": None if input_root is None else str(input_root),
     }
+    return _with_id(body, request_id)
 
 
 def submit_manifest_body(
-    manifest: JobManifest, provenance: Mapping[str, str] | None
+    manifest: JobManifest, provenance: Mapping[str, str] | None, request_id: str | None = None
 ) -> dict[str, Any]:
     """`POST /v1/jobs` with a whole manifest (a job target's, with the flags layered in)."""
     from rbs.wire.manifest import manifest_to_dict
 
-    return {"manifest": manifest_to_dict(manifest), "provenance": dict(provenance or {})}
+    body = {"manifest": manifest_to_dict(manifest), "provenance": dict(provenance or {})}
+    return _with_id(body, request_id)
 
 
 def cancel_body(ids: Sequence[str]) -> dict[str, Any]:
@@ -174,6 +197,20 @@ def submit_request(body: Any) -> tuple[JobManifest, dict[str, str]]:
             None, None, flags, command=command or None, input_root=input_root
         )
     return manifest, {str(k): str(v) for k, v in prov.items()}
+
+
+def submit_request_id(body: Any) -> str | None:
+    """A `POST /v1/jobs` body's client request id, or None when it has none."""
+    rid = body.get("request_id") if isinstance(body, dict) else None
+    if rid is None:
+        return None
+    if (
+        not isinstance(rid, str)
+        or not 0 < len(rid) <= 128
+        or not all(c.isascii() and (c.isalnum() or c in "._:-") for c in rid)
+    ):
+        raise _invalid("request_id must be a string of 1-128 letters, digits, '.', '_', ':', '-'")
+    return rid
 
 
 def cancel_request(body: Any) -> list[tuple[int, int | None]]:

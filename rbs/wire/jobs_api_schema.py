@@ -250,13 +250,30 @@ _MANIFEST_IN: dict[str, Any] = {
 # `rbs job submit`'s flags as typed: a value, a repeated flag's values, or true for a switch.
 _FLAG_VALUE: dict[str, Any] = {"type": ["string", "integer", "boolean", "array"], "items": _STR}
 
+# The client's id for one submit call (a UUID; the server takes 1-128 of A-Z a-z 0-9 . _ : -),
+# sent again when it retries the call: the server answers a request id it has seen with the
+# job it made (optional).
+_REQUEST_ID: dict[str, Any] = _STR
 SUBMIT_FLAGS_REQUEST_SCHEMA = _document(
     "POST /v1/jobs: a command and `rbs job submit` flags",
-    _obj({"command": _list(_STR), "flags": _map(_FLAG_VALUE), "input_root": _null(_STR)}),
+    {
+        **_obj(
+            {
+                "command": _list(_STR),
+                "flags": _map(_FLAG_VALUE),
+                "input_root": _null(_STR),
+                "request_id": _REQUEST_ID,
+            }
+        ),
+        "required": ["command", "flags", "input_root"],
+    },
 )
 SUBMIT_MANIFEST_REQUEST_SCHEMA = _document(
     "POST /v1/jobs: a manifest and where its fields came from",
-    {**_obj({"manifest": _MANIFEST_IN, "provenance": _map(_STR)}), "required": ["manifest"]},
+    {
+        **_obj({"manifest": _MANIFEST_IN, "provenance": _map(_STR), "request_id": _REQUEST_ID}),
+        "required": ["manifest"],
+    },
 )
 CANCEL_REQUEST_SCHEMA = _document("POST /v1/jobs/cancel", _obj({"ids": _list(_STR)}))
 CAS_MISSING_REQUEST_SCHEMA = _document("POST /v1/cas/missing", _obj({"digests": _list(_STR)}))
