@@ -134,21 +134,22 @@ class Store:
         *,
         request_ids: Mapping[str, str] | None = None,
     ) -> list[Instruction]:
-        """`sched.handle_many(events, now)` and its journal write, as one step: if the write
+        """`sched.handle_many(events, now)` and its journal write, as one step: if either
         fails, `sched` is rebuilt from the journal (the state before the step, the job id
         counter included) and the error is raised. `request_ids` maps a Submit's event id
         to the client's request id, journaled with the job it made."""
-        instructions = sched.handle_many(events, now)
-        requests = []
-        if request_ids:
-            requests = [
-                (request_ids[ins.event_id], ins.job_id)
-                for ins in instructions
-                if isinstance(ins, Accepted) and ins.job_id and ins.event_id in request_ids
-            ]
         try:
+            # A core that raised midway is rebuilt too: the journal is its last good state.
+            instructions = sched.handle_many(events, now)
+            requests = []
+            if request_ids:
+                requests = [
+                    (request_ids[ins.event_id], ins.job_id)
+                    for ins in instructions
+                    if isinstance(ins, Accepted) and ins.job_id and ins.event_id in request_ids
+                ]
             self.apply(instructions, now, requests=requests)
-        except BaseException:
+        except Exception:
             sched.adopt(self.restore(sched.config, now, validate=sched.validate))
             raise
         return instructions

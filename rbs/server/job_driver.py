@@ -8,7 +8,9 @@ and sends job leases and kills down the worker streams. Nothing is acknowledged
 before it is committed to the journal (WAL; with `[jobs] durable = true` each commit
 also waits for an fsync, one for a whole burst of submissions), so a killed server
 loses no acknowledged job, and because a run is journaled before its lease is sent,
-none is started twice.
+none is started twice. A step whose write fails (disk full) changes nothing: its clients
+get the error, the workers' reports of it are fed again with the next step, and log
+lines and results wait, unacknowledged, until they can be stored.
 """
 
 from __future__ import annotations
@@ -212,7 +214,9 @@ class JobDriver:
             if fut is not None:
                 if not fut.done():
                     fut.set_exception(err)
-            elif isinstance(event, _HELD_EVENTS):
+            elif isinstance(event, _HELD_EVENTS) and isinstance(e, StorageFull | sqlite3.Error):
+                # Kept only when the journal failed: an event the core itself raised on
+                # would fail every step after it.
                 self._held.append((event, None))
 
     def _step(self, batch: list[tuple[Event, asyncio.Future[Any] | None]]) -> None:

@@ -106,3 +106,13 @@ def test_a_failed_submit_write_raises_the_storage_error_not_a_rollback_error(
     disk.full = False
     (job_id,) = _accepted(store.step(sched, [Submit(manifest=manifest())], 2.0))
     assert job_id == 1
+
+
+def test_a_step_the_core_fails_midway_is_undone_too(tmp_path: Path) -> None:
+    store = Store(tmp_path / "jobs.db")
+    sched = store.restore(CONFIG, 0.0)
+    with pytest.raises(TypeError, match="not a scheduler event"):
+        store.step(sched, [Submit(manifest=manifest()), "bogus"], 1.0)  # type: ignore[list-item]
+    assert sched.job_ids() == []
+    (job_id,) = _accepted(store.step(sched, [Submit(manifest=manifest())], 2.0))
+    assert job_id == 1
