@@ -48,6 +48,7 @@ from rbs.executor.cgroup_base import CgroupBackend, CgroupError
 from rbs.executor.jobfiles import RunDirs
 from rbs.executor.jobrun import HostSetup, LeaseRun, RunResult, execute
 from rbs.executor.jobship import LogShipper
+from rbs.executor.lease import PGID_FILE, WorkerLease
 from rbs.model import Digest, JobState, KillReason, LogLine, LogStream
 from rbs.wire.workers_jobs import (
     JobFinishedReport,
@@ -101,6 +102,7 @@ class JobHost:
         prefetch: Callable[[Digest], None] | None = None,
         grace_s: float = DEFAULT_GRACE_S,
         env: Mapping[str, str] | None = None,
+        lease: WorkerLease | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError(f"a job host needs at least one job slot, got {slots}")
@@ -114,9 +116,11 @@ class JobHost:
             grace_s=grace_s,
             env=env,
             prefetch=prefetch,
+            record_pgid=lease is not None,
         )
         self._send = send
         self._connected = connected
+        self._lease = lease
         self._runs: dict[str, LeaseRun] = {}
         # Forgotten runs whose JobFinished may still sit in the worker's outbox: if the
         # stream breaks before it is written, `unsent` brings the run back.
@@ -290,6 +294,9 @@ class JobHost:
                 self._release()
         if self._stopping:
             return
+        if self._lease is not None and WorkerLease.lapsed(run.dirs.root):
+            self._drop_lapsed(run)
+            return
         # The slot is free before the scheduler hears of it, so its next lease fits.
         if run.shipper is not None:
             run.shipper.flush()  # every line goes out before the JobFinished
@@ -403,6 +410,17 @@ class JobHost:
             trees=result,
         )
 
+    def _drop_lapsed(self, run: LeaseRun) -> None:
+        """Stopped by the watchdog when its lease lapsed: not reported, so not held in
+        the next Register; the server requeues it (or has already)."""
+        log.warning("job lease %s lapsed: no word from the server; run stopped", run.lease_id)
+        self._runs.pop(run.lease_id, None)
+        if run.shipper is not None:
+            run.shipper.close()
+        if run.spool is not None:
+            run.spool.close()
+        asyncio.get_running_loop().run_in_executor(self._threads, jobfiles.remove, run.dirs.root)
+
     def _maybe_forget(self, run: LeaseRun) -> None:
         """Drop a reported run once every log line is acknowledged (or nothing is left
         to acknowledge), removing its folder and spool on a thread."""
@@ -423,6 +441,9 @@ class JobHost:
             # system calls, cheaper here than a trip to a thread.
             with contextlib.suppress(FileNotFoundError):
                 run.dirs.spool.unlink()
+            if self._lease is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    (run.dirs.root / PGID_FILE).unlink()
             run.dirs.root.rmdir()
         except FileNotFoundError:
             pass

@@ -72,6 +72,9 @@ class JobRunner:
         self.sink = sink
         self.hostname = hostname or socket.gethostname()
         self.pid: int | None = None
+        # Where to write the job's process group as soon as it runs (the worker's lease
+        # watchdog reads it: rbs.executor.lease).
+        self.pgid_file: Path | None = None
         self.outcome: JobOutcome | None = None
         # Set when run() has returned (with or without an outcome).
         self.finished = threading.Event()
@@ -275,6 +278,9 @@ class JobRunner:
         started_at = time.time()
         start = time.monotonic()
         self.pid = pid = proc.pid
+        if self.pgid_file is not None:
+            with contextlib.suppress(OSError):
+                self.pgid_file.write_text(str(pid))
         self._sys(f"started pid {pid} (process group {pid})")
         self._release()  # before the job's first output line
         assert proc.stdout is not None and proc.stderr is not None

@@ -26,6 +26,7 @@ from rbs.executor.joblog import LogSink, LogSpool
 from rbs.executor.jobproc import JobRunner
 from rbs.executor.jobship import LogShipper
 from rbs.executor.jobspec import JobOutcome, JobSpec
+from rbs.executor.lease import PGID_FILE
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction, JobManifest, KillReason, LogStream
 from rbs.wire.workers_jobs import JobFinishedReport, JobLeaseInfo
 
@@ -69,6 +70,7 @@ class HostSetup:
     grace_s: float
     env: Mapping[str, str] | None = None
     prefetch: Callable[[Digest], None] | None = None
+    record_pgid: bool = False  # for the lease watchdog (rbs.executor.lease)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +125,8 @@ def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
     runner = run.runner = JobRunner(
         spec, spool=spool, backend=host.backend, sink=sink, hostname=host.hostname
     )
+    if host.record_pgid:
+        runner.pgid_file = dirs.root / PGID_FILE
     if run.kill is not None:
         runner.kill(run.kill[0], run.kill[1])
     outcome = runner.run()

@@ -36,6 +36,7 @@ from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionExecutor, ActionOutcome
 from rbs.executor.cgroups import detect
 from rbs.executor.jobhost import JobHost, cgroup_scope
+from rbs.executor.lease import WorkerLease, start_watchdog
 from rbs.executor.machine import machine_resources
 from rbs.model import Digest, DigestFunction
 from rbs.wire.actions import directory_children
@@ -56,6 +57,7 @@ from rbs.wire.workers_actions import (
 from rbs.wire.workers_jobs import JobFinishedReport, JobLeaseInfo, JobOrder, KillOrder, LogAck
 from rbs.wire.workers_session import (
     HeartbeatReport,
+    LeaseRenewal,
     RegisteredInfo,
     Registration,
     WorkerReport,
@@ -180,6 +182,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self.connected = asyncio.Event()
         self.jobs: JobHost | None = None
+        self.lease = WorkerLease(config.work_dir)
         if self.register.job_slots > 0:
             self.jobs = JobHost(
                 work_dir=config.work_dir,
@@ -190,6 +193,7 @@ class Worker:
                 hostname=hostname,
                 backend=detect(scope=cgroup_scope(self.worker_id)),
                 prefetch=self._prefetch,
+                lease=self.lease,
             )
             self.job_handler = self.jobs.handle
 
@@ -198,6 +202,7 @@ class Worker:
     async def run(self) -> None:
         target = parse_target(self.config.server)
         await asyncio.to_thread(self.runner.clean_leftovers)
+        watchdog = start_watchdog(self.config.work_dir) if self.jobs is not None else None
         backoff = 0.2
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.reconnect_timeout_s
@@ -240,6 +245,10 @@ class Worker:
             await self._cancel_all()
             if self.jobs is not None:
                 await self.jobs.stop()
+            self.lease.clear()
+            if watchdog is not None:
+                watchdog.terminate()
+                await asyncio.to_thread(watchdog.wait)
             self._channel.close()
 
     def stop(self) -> None:
@@ -274,6 +283,7 @@ class Worker:
             await stream.done_writing()
             return False
         interval = first.heartbeat_interval_s or 5.0
+        self.lease.configure(first.lease_ttl_s, first.kill_grace_s)
         log.info("registered with %s as %s", self.config.server, self.worker_id)
         for msg in self._unsent.values():
             outbox.put_nowait(msg)
@@ -337,7 +347,10 @@ class Worker:
             order = await stream.read()
             if order is None:
                 return  # the server closed the stream
-            if isinstance(order, ActionLeaseInfo):
+            self.lease.renew()  # any word from the server renews the job lease
+            if isinstance(order, LeaseRenewal):
+                pass
+            elif isinstance(order, ActionLeaseInfo):
                 self._start(order)
             elif isinstance(order, CancelOrder):
                 task = self._running.get(order.lease_id)

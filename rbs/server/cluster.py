@@ -86,6 +86,8 @@ def hub_config_of(config: Config) -> HubConfig:
         heartbeat_timeout=cfg.heartbeat_timeout,
         reconnect_grace=cfg.reconnect_grace,
         max_attempts=cfg.max_attempts,
+        lease_ttl=config.lease_ttl,
+        kill_grace=config.kill_grace,
     )
 
 

@@ -45,6 +45,7 @@ from rbs.units import SpecError, parse_size
 from rbs.wire.limits import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
 
 DEFAULT_PORT = 8980
+KILL_GRACE_S = 10.0
 
 
 def default_data_dir() -> Path:
@@ -111,12 +112,32 @@ class Config:
     jobs: SchedulerConfig = field(default_factory=SchedulerConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
+    # The job lease's timing budget (docs/design/runs.md): a worker that hears nothing
+    # from the server for lease_ttl stops its runs, dead after kill_grace more, before
+    # the server gives the worker up: lease_ttl + kill_grace + margin = heartbeat_timeout.
+    # Derived, not set, so that no configuration can break it.
+
+    @property
+    def kill_grace(self) -> float:
+        """SIGTERM to SIGKILL when a lease lapses: 10 s, less for a short timeout."""
+        return min(KILL_GRACE_S, self.jobs.heartbeat_timeout / 6)
+
+    @property
+    def lease_margin(self) -> float:
+        """Room for the round trip, the watchdog's check and the teardown."""
+        return self.jobs.heartbeat_timeout / 6
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.jobs.heartbeat_timeout - self.kill_grace - self.lease_margin
+
     @property
     def worker_heartbeat_interval(self) -> float:
         """How often workers heartbeat: `[execution] heartbeat_interval`, or more often
-        when `[jobs] heartbeat_timeout` is short, so that a live worker is heard at least
-        three times per job timeout (the job scheduler counts only what it hears)."""
-        return min(self.execution.heartbeat_interval, self.jobs.heartbeat_timeout / 3)
+        when the lease is short, so that each lease is renewed at least three times (the
+        server answers every heartbeat with a renewal, and the job scheduler counts only
+        what it hears)."""
+        return min(self.execution.heartbeat_interval, self.lease_ttl / 3)
 
 
 _RESERVED_SEGMENTS = frozenset(

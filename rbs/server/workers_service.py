@@ -72,6 +72,7 @@ from rbs.wire.workers_actions import (
 from rbs.wire.workers_jobs import JobFinishedReport, JobReport, JobStartedReport, LogBatch
 from rbs.wire.workers_session import (
     HeartbeatReport,
+    LeaseRenewal,
     ReceivedReport,
     RegisteredInfo,
     Registration,
@@ -118,6 +119,9 @@ class HubConfig:
     reconnect_grace: float = 10.0
     max_attempts: int = 3
     validate: bool = False  # check the dispatcher's invariants after every step (tests)
+    # The job lease sent in Registered (docs/design/runs.md); 0: none.
+    lease_ttl: float = 0.0
+    kill_grace: float = 0.0
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval <= 0 or self.heartbeat_timeout <= self.heartbeat_interval:
@@ -313,7 +317,10 @@ class WorkerHub:
         self._store.save_worker(info.worker_id, json.dumps(asdict(info)), time.time())
         session.outbox.put_nowait(
             RegisteredInfo(
-                worker_id=info.worker_id, heartbeat_interval_s=self.config.heartbeat_interval
+                worker_id=info.worker_id,
+                heartbeat_interval_s=self.config.heartbeat_interval,
+                lease_ttl_s=self.config.lease_ttl,
+                kill_grace_s=self.config.kill_grace,
             )
         )
         log.info(
@@ -339,6 +346,8 @@ class WorkerHub:
         """One report of a worker; None is a message of a kind this server does not know."""
         if isinstance(report, HeartbeatReport):
             self._step(WorkerHeartbeat(worker_id=worker_id))
+            if self.config.lease_ttl > 0:
+                self.send(worker_id, LeaseRenewal())
         elif isinstance(report, ActionStartedReport):
             self._step(LeaseStarted(lease_id=report.lease_id))
         elif isinstance(report, ReceivedActionResult):

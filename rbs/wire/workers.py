@@ -35,8 +35,9 @@ from rbs.wire.manifest import job_path
 # The version of the Workers stream's messages and their meaning. Bump it on any
 # change an older peer would misread; worker and server must speak the same one.
 # 1: JobLease.manifest_json (JSON text). 2: JobLease.manifest (typed), Register
-# carries protocol_version.
-WORKERS_PROTOCOL = 2
+# carries protocol_version. 3: the job lease (Registered.lease_ttl and kill_grace,
+# LeaseRenewal), which a worker must enforce.
+WORKERS_PROTOCOL = 3
 # What a Register without protocol_version (0) speaks: it predates the field.
 _UNVERSIONED = 1
 

@@ -80,6 +80,14 @@ class RegisteredInfo:
 
     worker_id: str
     heartbeat_interval_s: float  # 0: not said
+    # The job lease (docs/design/runs.md); 0: none, runs carry on while the server is away.
+    lease_ttl_s: float = 0.0
+    kill_grace_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRenewal:
+    """The server's answer to a heartbeat: the worker's job lease runs on."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +125,15 @@ ReceivedReport = (
     | JobFinishedReport
     | LogBatch
 )
-ServerOrder = RegisteredInfo | ActionLeaseInfo | CancelOrder | JobLeaseInfo | KillOrder | LogAck
+ServerOrder = (
+    RegisteredInfo
+    | ActionLeaseInfo
+    | CancelOrder
+    | JobLeaseInfo
+    | KillOrder
+    | LogAck
+    | LeaseRenewal
+)
 
 
 # ---------------------------------------------------------------- the three session messages
@@ -162,16 +178,30 @@ def registration_from_pb(pb: w_pb2.Register) -> Registration:
 
 
 def registered_to_pb(r: RegisteredInfo) -> w_pb2.Registered:
-    return w_pb2.Registered(
+    pb = w_pb2.Registered(
         worker_id=r.worker_id, heartbeat_interval=duration_to_pb(r.heartbeat_interval_s)
     )
+    if r.lease_ttl_s > 0:
+        pb.lease_ttl.CopyFrom(duration_to_pb(r.lease_ttl_s))
+        pb.kill_grace.CopyFrom(duration_to_pb(r.kill_grace_s))
+    return pb
 
 
 def registered_from_pb(pb: w_pb2.Registered) -> RegisteredInfo:
     return RegisteredInfo(
         worker_id=pb.worker_id,
         heartbeat_interval_s=pb.heartbeat_interval.ToTimedelta().total_seconds(),
+        lease_ttl_s=pb.lease_ttl.ToTimedelta().total_seconds() if pb.HasField("lease_ttl") else 0,
+        kill_grace_s=pb.kill_grace.ToTimedelta().total_seconds(),
     )
+
+
+def renewal_to_pb(_: LeaseRenewal) -> w_pb2.LeaseRenewal:
+    return w_pb2.LeaseRenewal()
+
+
+def renewal_from_pb(_: w_pb2.LeaseRenewal) -> LeaseRenewal:
+    return LeaseRenewal()
 
 
 def heartbeat_to_pb(h: HeartbeatReport) -> w_pb2.Heartbeat:
@@ -238,6 +268,7 @@ _ORDERS: Mapping[type, tuple[str, Callable[[Any], Any]]] = {
     JobLeaseInfo: ("job_lease", job_lease_to_pb),
     KillOrder: ("kill_job", kill_to_pb),
     LogAck: ("ack", ack_to_pb),
+    LeaseRenewal: ("lease_renewal", renewal_to_pb),
 }
 
 _READ_ORDERS: Mapping[str, Callable[[Any], ServerOrder]] = {
@@ -247,6 +278,7 @@ _READ_ORDERS: Mapping[str, Callable[[Any], ServerOrder]] = {
     "job_lease": job_lease_from_pb,
     "kill_job": kill_from_pb,
     "ack": ack_from_pb,
+    "lease_renewal": renewal_from_pb,
 }
 
 

@@ -1,4 +1,5 @@
-"""A worker daemon frozen (SIGSTOP) is lost after `[jobs] heartbeat_timeout`, not later."""
+"""A worker daemon frozen (SIGSTOP): lost after `[jobs] heartbeat_timeout`, its runs stopped
+by their lapsed lease before the server runs them again."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from jobs_harness import JobCluster, kill_group, spawn_rbs, stop_process, wait_for, wait_ready
 
+from rbs.executor.lease import group_alive
 from rbs.scheduler.config import SchedulerConfig
 from rbs.server.job_driver import TICK_S
 
@@ -17,11 +19,7 @@ TIMEOUT_S = 3.0
 
 
 def _group_gone(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return not group_alive(pid)
 
 
 def test_frozen_worker_is_lost_within_the_jobs_heartbeat_timeout(tmp_path: Path) -> None:
@@ -76,6 +74,66 @@ def test_frozen_worker_is_lost_within_the_jobs_heartbeat_timeout(tmp_path: Path)
         assert info.state == "COMPLETED", info.raw
         assert attempts.read_text().split() == ["1", "2"]
         wait_for("attempt 1's process group to be gone", lambda: _group_gone(first_pid))
+    finally:
+        if stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w1.pid, signal.SIGCONT)
+        kill_group(pid_file)
+        stop_process(w1)
+        cluster.stop()
+
+
+def test_a_frozen_workers_job_is_dead_before_its_requeued_copy_starts(tmp_path: Path) -> None:
+    cluster = JobCluster(
+        tmp_path / "server", jobs=SchedulerConfig(heartbeat_timeout=TIMEOUT_S, validate=True)
+    )
+    pid_file = tmp_path / "pid"
+    stamps = tmp_path / "stamps"
+    log = tmp_path / "w1.log"
+    w1 = spawn_rbs(
+        [
+            "remote",
+            "worker",
+            "--server",
+            cluster.address,
+            "--work-dir",
+            str(tmp_path / "w1"),
+            "--job-slots",
+            "1",
+            "--ready-file",
+            str(tmp_path / "w1.ready"),
+        ],
+        log,
+    )
+    stopped = False
+    try:
+        wait_ready(w1, tmp_path / "w1.ready", log)
+        client = cluster.client()
+        # Each attempt stamps the file every 20 ms; attempt 2 ends after 50 stamps.
+        script = (
+            f'if [ "$RBS_ATTEMPT" = 1 ]; then echo $$ > {pid_file}.tmp; '
+            f"mv {pid_file}.tmp {pid_file}; fi; n=0; "
+            f'while [ "$RBS_ATTEMPT" = 1 ] || [ $n -lt 50 ]; do '
+            f'echo "$RBS_ATTEMPT $(date +%s.%N)" >> {stamps}; n=$((n+1)); sleep 0.02; done'
+        )
+        job = client.submit(["sh", "-c", script])
+        wait_for("attempt 1 to stamp", lambda: stamps.exists() and pid_file.exists())
+        first_pid = int(pid_file.read_text())
+        cluster.add_worker(tmp_path / "w2", job_slots=1)
+        os.kill(w1.pid, signal.SIGSTOP)
+        stopped = True
+        frozen_at = time.time()
+        info = cluster.wait(job)
+        assert info.state == "COMPLETED", info.raw
+        assert info.raw["attempts"] == 2
+        done_at = time.time()
+        rows = [line.split() for line in stamps.read_text().splitlines()]
+        first = [float(t) for a, t in rows if a == "1"]
+        second = [float(t) for a, t in rows if a == "2"]
+        assert len(second) == 50
+        assert max(first) < min(second), (frozen_at, max(first), min(second), done_at)
+        # Stopped by the watchdog: its daemon, still frozen, cannot have done it.
+        assert _group_gone(first_pid)
     finally:
         if stopped:
             with contextlib.suppress(ProcessLookupError):
