@@ -17,16 +17,16 @@ report (its JobFinished says everything), which spares the stream a message per
 short job.
 
 Across a broken stream: runs carry on; their lease ids, and those of runs whose
-JobFinished has not been written to a stream yet, are listed in the next Register
+JobFinished the server has not acknowledged (ResultAck) yet, are listed in the next Register
 (`held_leases`) so the scheduler keeps them here; after registering, `on_connected`
 re-sends every unacknowledged log line and then the held JobFinished messages. A run's
 folder goes once its outputs are stored; its log spool once every line is
 acknowledged. Runs do not survive a worker restart: the next worker process sweeps
 their cgroups and folders, and the scheduler, not seeing them held, requeues them.
 
-A JobFinished written to a stream counts as delivered: the server handles a stream's
-messages in order and journals the exit at once, so only a server killed in the
-instant between reading it and journaling it misses one (the run is then requeued).
+A JobFinished counts as delivered only once the server acknowledges it, which it does
+after the journal commit of the step that took it: a server killed between reading it
+and journaling it gets it again from this worker after its restart.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from rbs.wire.workers_jobs import (
     JobStartedReport,
     KillOrder,
     LogAck,
+    ResultAck,
 )
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,9 @@ class JobHost:
                 except Exception:
                     # One run's log must not cost the stream (and every other run's report).
                     log.exception("lease %s: re-sending its log failed", run.lease_id)
-            if run.finished is not None and not run.finished_sent:
+            # Sent on the old stream perhaps, but not known journaled: again. The
+            # server takes a repeated JobFinished once.
+            if run.finished is not None and not run.finished_acked:
                 self._send(run.finished)
                 run.finished_sent = True
             self._maybe_forget(run)
@@ -175,7 +178,7 @@ class JobHost:
         """The worker could not write this JobFinished to the stream: hold it again."""
         lease_id = report.lease_id
         run = self._runs.get(lease_id) or self._forgotten.pop(lease_id, None)
-        if run is not None and run.finished is not None:
+        if run is not None and run.finished is not None and not run.finished_acked:
             run.finished_sent = False
             self._runs[lease_id] = run
 
@@ -188,6 +191,11 @@ class JobHost:
             run = self._runs.get(order.lease_id)
             if run is not None and run.shipper is not None:
                 run.shipper.ack(order.log_seq)
+                self._maybe_forget(run)
+        elif isinstance(order, ResultAck):
+            run = self._runs.get(order.lease_id)
+            if run is not None and run.finished is not None:
+                run.finished_acked = True
                 self._maybe_forget(run)
 
     async def stop(self) -> None:
@@ -424,7 +432,7 @@ class JobHost:
     def _maybe_forget(self, run: LeaseRun) -> None:
         """Drop a reported run once every log line is acknowledged (or nothing is left
         to acknowledge), removing its folder and spool on a thread."""
-        if run.finished is None or not run.finished_sent:
+        if run.finished is None or not run.finished_acked:
             return
         if run.shipper is not None and not run.shipper.all_acked:
             return

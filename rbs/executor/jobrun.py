@@ -49,6 +49,7 @@ class LeaseRun:
         self.start_reported = False
         self.finished: JobFinishedReport | None = None
         self.finished_sent = False
+        self.finished_acked = False  # the server journaled it (ResultAck)
 
     @property
     def lease_id(self) -> str:
@@ -56,8 +57,9 @@ class LeaseRun:
 
     @property
     def held(self) -> bool:
-        """Whether the scheduler must keep this run with this worker."""
-        return self.finished is None or not self.finished_sent
+        """Whether the scheduler must keep this run with this worker: until the server
+        says it journaled the run's end."""
+        return not self.finished_acked
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -54,7 +54,14 @@ from rbs.wire.workers_actions import (
     ActionStartedReport,
     CancelOrder,
 )
-from rbs.wire.workers_jobs import JobFinishedReport, JobLeaseInfo, JobOrder, KillOrder, LogAck
+from rbs.wire.workers_jobs import (
+    JobFinishedReport,
+    JobLeaseInfo,
+    JobOrder,
+    KillOrder,
+    LogAck,
+    ResultAck,
+)
 from rbs.wire.workers_session import (
     HeartbeatReport,
     LeaseRenewal,
@@ -357,7 +364,7 @@ class Worker:
                 if task is not None:
                     log.info("cancelling %s: %s", order.lease_id, order.reason)
                     task.cancel()
-            elif isinstance(order, JobLeaseInfo | KillOrder | LogAck):
+            elif isinstance(order, JobLeaseInfo | KillOrder | LogAck | ResultAck):
                 if self.job_handler is not None:
                     await self.job_handler(order)
                 else:

@@ -65,6 +65,7 @@ from rbs.wire.workers_jobs import (
     JobStartedReport,
     KillOrder,
     LogBatch,
+    ResultAck,
 )
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,13 @@ class JobDriver:
                 self._heard[wid] = view.last_heartbeat
                 self._post(Heartbeat(worker_id=wid))
 
+    def _ack_results(self, batch: list[tuple[Event, asyncio.Future[Any] | None]]) -> None:
+        """The step that took these exits is journaled: their workers may forget them
+        (until then they keep each result and send it again on a new stream)."""
+        for event, _ in batch:
+            if isinstance(event, TaskExited):
+                self.hub.send(event.worker_id, ResultAck(lease_id=event.run.lease_id))
+
     def _worker_saved(self, ins: SaveWorker) -> None:
         if not ins.record.alive:
             # Given up while its stream may still be open (frozen): close it, so that
@@ -228,6 +236,7 @@ class JobDriver:
         instructions = self.store.step(
             self.sched, [e for e, _ in batch], now, request_ids=self._request_of
         )
+        self._ack_results(batch)
         if self._journal_error is not None and any(
             isinstance(i, SaveJob | SaveTask | SaveWorker) for i in instructions
         ):

@@ -78,6 +78,13 @@ class LogAck:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ResultAck:
+    """The server journaled this run's JobFinished; the worker may forget the run."""
+
+    lease_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobStartedReport:
     lease_id: str
     job_id: str
@@ -119,7 +126,7 @@ class LogBatch:
     lines: tuple[LogLine, ...]
 
 
-JobOrder = JobLeaseInfo | KillOrder | LogAck
+JobOrder = JobLeaseInfo | KillOrder | LogAck | ResultAck
 JobReport = JobStartedReport | JobFinishedReport | LogBatch
 
 
@@ -214,6 +221,14 @@ def ack_to_pb(ack: LogAck) -> w_pb2.Ack:
         log_seq=ack.log_seq,
         lease_id=ack.lease_id,
     )
+
+
+def result_ack_to_pb(ack: ResultAck) -> w_pb2.ResultAck:
+    return w_pb2.ResultAck(lease_id=ack.lease_id)
+
+
+def result_ack_from_pb(pb: w_pb2.ResultAck) -> ResultAck:
+    return ResultAck(lease_id=pb.lease_id)
 
 
 def ack_from_pb(pb: w_pb2.Ack) -> LogAck:

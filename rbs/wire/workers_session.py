@@ -38,6 +38,7 @@ from rbs.wire.workers_jobs import (
     KillOrder,
     LogAck,
     LogBatch,
+    ResultAck,
     ack_from_pb,
     ack_to_pb,
     job_finished_from_pb,
@@ -50,6 +51,8 @@ from rbs.wire.workers_jobs import (
     kill_to_pb,
     log_batch_from_pb,
     log_batch_to_pb,
+    result_ack_from_pb,
+    result_ack_to_pb,
 )
 
 
@@ -133,6 +136,7 @@ ServerOrder = (
     | KillOrder
     | LogAck
     | LeaseRenewal
+    | ResultAck
 )
 
 
@@ -269,6 +273,7 @@ _ORDERS: Mapping[type, tuple[str, Callable[[Any], Any]]] = {
     KillOrder: ("kill_job", kill_to_pb),
     LogAck: ("ack", ack_to_pb),
     LeaseRenewal: ("lease_renewal", renewal_to_pb),
+    ResultAck: ("result_ack", result_ack_to_pb),
 }
 
 _READ_ORDERS: Mapping[str, Callable[[Any], ServerOrder]] = {
@@ -279,6 +284,7 @@ _READ_ORDERS: Mapping[str, Callable[[Any], ServerOrder]] = {
     "kill_job": kill_from_pb,
     "ack": ack_from_pb,
     "lease_renewal": renewal_from_pb,
+    "result_ack": result_ack_from_pb,
 }
 
 

@@ -21,6 +21,7 @@ from rbs.wire.workers_jobs import (
     JobReport,
     KillOrder,
     LogAck,
+    ResultAck,
 )
 from rbs.wire.workers_session import order_from_pb, report_to_pb
 
@@ -79,8 +80,12 @@ def _host(tmp_path: Path, wire: Wire, slots: int = 2) -> JobHost:
 def _order(msg: w_pb2.ServerMessage) -> JobOrder:
     """A message from the server as the worker's stream reads it."""
     order = order_from_pb(msg)
-    assert isinstance(order, JobLeaseInfo | KillOrder | LogAck)
+    assert isinstance(order, JobLeaseInfo | KillOrder | LogAck | ResultAck)
     return order
+
+
+def _result_ack(lease_id: str) -> w_pb2.ServerMessage:
+    return w_pb2.ServerMessage(result_ack=w_pb2.ResultAck(lease_id=lease_id))
 
 
 def _lease(job: int, script: str, **manifest: Any) -> w_pb2.ServerMessage:
@@ -124,21 +129,23 @@ def test_lines_then_finished_in_order_and_cleanup_after_ack(tmp_path: Path) -> N
         assert "job_started" not in kinds
         seqs = wire.seqs("1.1.0")
         assert seqs == list(range(1, len(seqs) + 1))
-        assert host.held_leases() == []
+        # Held until the server says it journaled the result.
+        assert host.held_leases() == ["1.1.0"]
         assert host.slots_used() == 0
-        assert (tmp_path / "worker/jobs/1.1.0/log.jsonl").exists()  # until acknowledged
-        await host.handle(
-            _order(w_pb2.ServerMessage(ack=w_pb2.Ack(lease_id="1.1.0", log_seq=seqs[-1])))
-        )
-        folder = tmp_path / "worker/jobs/1.1.0"
-        await _until("the run's folder to be removed", lambda: not folder.exists())
-        assert host.held_leases() == []
-        # The stream broke before the writer got to the JobFinished: it is held again.
+        # The stream broke before the writer got to the JobFinished: held, and re-sent.
         host.unsent(wire.last_finished())
         assert host.held_leases() == ["1.1.0"]
         wire.clear()
         host.on_connected()
-        assert wire.kinds() == ["job_finished"]
+        assert wire.kinds()[-1] == "job_finished"
+        assert host.held_leases() == ["1.1.0"]
+        await host.handle(
+            _order(w_pb2.ServerMessage(ack=w_pb2.Ack(lease_id="1.1.0", log_seq=seqs[-1])))
+        )
+        folder = tmp_path / "worker/jobs/1.1.0"
+        assert (folder / "log.jsonl").exists()  # until the result is acknowledged too
+        await host.handle(_order(_result_ack("1.1.0")))
+        await _until("the run's folder to be removed", lambda: not folder.exists())
         assert host.held_leases() == []
 
     _run(main)
@@ -174,13 +181,15 @@ def test_a_run_ending_while_disconnected_is_held_and_reported_after(tmp_path: Pa
         assert wire.kinds()[-1] == "job_finished"
         texts = [x.text for m in wire.sent for x in m.log_lines.lines]
         assert "after" in texts and "before" not in texts
-        assert host.held_leases() == []
-        # The writer could not send it after all: it is held again and re-sent.
+        assert host.held_leases() == ["2.1.0"]  # written, but not known journaled
+        # The writer could not send it after all: it is held and re-sent.
         host.unsent(wire.last_finished())
         assert host.held_leases() == ["2.1.0"]
         wire.clear()
         host.on_connected()
         assert wire.kinds()[-1] == "job_finished"
+        await host.handle(_order(_result_ack("2.1.0")))
+        assert host.held_leases() == []
 
     _run(main)
 
