@@ -305,7 +305,8 @@ HTTP_STATUS: dict[str, int] = {
     "NOT_FOUND": 404,
     "FAILED_PRECONDITION": 412,
     "INTERNAL": 500,
-    # Only StorageFull maps here: the operator must free space, the request was fine.
+    # Only a full disk maps here (the journal's StorageFull, the CAS's StoreFull): the
+    # operator must free space, the request was fine.
     "RESOURCE_EXHAUSTED": 507,
 }
 
@@ -322,6 +323,8 @@ _HTTP_TABLE: list[tuple[type[BaseException], str | None]] = [
     (BlobNotFound, "NOT_FOUND"),
     # A corrupt blob has been removed: missing now, as over gRPC.
     (CorruptBlob, "NOT_FOUND"),
+    # The server's CAS is out of space: nothing was stored, the upload may be retried.
+    (StoreFull, "RESOURCE_EXHAUSTED"),
     (CasError, "INVALID_ARGUMENT"),
 ]
 

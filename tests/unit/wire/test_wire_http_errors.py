@@ -39,7 +39,7 @@ D = Digest.of(b"x", DigestFunction.BLAKE3)
         # CAS error as the request's fault.
         (DigestMismatch(D, Digest.of(b"y", DigestFunction.BLAKE3)), (400, "INVALID_ARGUMENT")),
         (InvalidDigest("short hash"), (400, "INVALID_ARGUMENT")),
-        (StoreFull(Path("/cas")), (400, "INVALID_ARGUMENT")),
+        (StoreFull(Path("/cas")), (507, "RESOURCE_EXHAUSTED")),
         # The job journal or log store cannot be written: the operator frees space.
         (StorageFull("free space under /data"), (507, "RESOURCE_EXHAUSTED")),
     ],
