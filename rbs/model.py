@@ -144,7 +144,7 @@ class KillReason(enum.Enum):
     NODE_FAIL = "node-fail"  # a peer node of the gang was lost
     REQUEUE = "requeue"  # an operator requeued the job
     PREEMPT = "preempt"  # a higher-priority job needs the resources
-    ORPHAN = "orphan"  # a reconnecting worker runs something the scheduler no longer wants
+    ORPHAN = "orphan"  # a worker runs, or reports, something the scheduler no longer wants
     SHUTDOWN = "shutdown"  # the worker itself is shutting down
 
     @property

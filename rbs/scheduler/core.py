@@ -20,6 +20,7 @@ from rbs.scheduler.events import (
     Event,
     Heartbeat,
     Requeue,
+    RunRef,
     Submit,
     TaskExited,
     TaskRef,
@@ -403,6 +404,16 @@ class Scheduler:
         return sched
 
     # ---- views
+
+    def holds(self, run: RunRef, worker_id: str) -> bool:
+        """Whether `run` is live on `worker_id`: its task's current attempt (or one being
+        stopped), that rank placed there and not yet exited. A report of any other run
+        speaks for an attempt given up, which is fenced off (docs/design/runs.md)."""
+        found = lc.find_run(self._st, run.job_id, run.index, run.attempt)
+        if found is None or not 0 <= run.rank < len(found.nodes):
+            return False
+        node = found.nodes[run.rank]
+        return node.worker_id == worker_id and not node.exited
 
     def job(self, job_id: int) -> JobView:
         job = self._st.jobs.get(job_id)

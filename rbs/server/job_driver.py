@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rbs.model import JobManifest, JobState
+from rbs.model import JobManifest, JobState, KillReason
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
 from rbs.scheduler.dispatch import ConnectionState
@@ -354,12 +354,42 @@ class JobDriver:
     async def job_message(self, worker_id: str, report: JobReport) -> None:
         if isinstance(report, JobStartedReport):
             run = RunRef.parse_lease(report.lease_id)
-            self._post(TaskStarted(run=run, worker_id=worker_id))
+            if not self._fenced(worker_id, run):
+                self._post(TaskStarted(run=run, worker_id=worker_id))
         elif isinstance(report, JobFinishedReport):
             self._held_finished.append((worker_id, report))
             self._retry_finished()
         elif isinstance(report, LogBatch):
-            self.intake.add(worker_id, report)
+            self.intake.add(worker_id, self._own_lines(worker_id, report))
+
+    def _fenced(self, worker_id: str, run: RunRef) -> bool:
+        """Whether a report speaks for a run that is not live on its worker (an attempt
+        given up, or a rank placed elsewhere): if so its worker is told, on this stream,
+        to stop it, instead of waiting for its next registration to do so."""
+        if self.sched.holds(run, worker_id):
+            return False
+        log.info("worker %s reported %s, which is not live: killed", worker_id, run.lease_id)
+        kill = KillOrder(
+            lease_id=run.lease_id, job_id=str(run.job_id), reason=KillReason.ORPHAN.value
+        )
+        self.hub.send(worker_id, kill)
+        return True
+
+    def _own_lines(self, worker_id: str, batch: LogBatch) -> LogBatch:
+        """A batch's lines are its lease's run's, whatever else it says, so a stale run's
+        lines are kept under their own attempt, never the live one's."""
+        if not batch.lease_id:  # none from a worker of an older protocol, which is refused
+            return batch
+        run = RunRef.parse_lease(batch.lease_id)
+        self._fenced(worker_id, run)
+        own = (run.index, run.attempt, run.rank)
+        if all((x.task, x.attempt, x.rank) == own for x in batch.lines):
+            return batch
+        lines = tuple(
+            dataclasses.replace(x, task=run.index, attempt=run.attempt, rank=run.rank)
+            for x in batch.lines
+        )
+        return dataclasses.replace(batch, lines=lines)
 
     # ------------------------------------------------------------------ held reports
 
@@ -374,6 +404,11 @@ class JobDriver:
         while self._held_finished:
             worker_id, fin = self._held_finished[0]
             run = RunRef.parse_lease(fin.lease_id)
+            if self._fenced(worker_id, run):
+                # Refused before it records anything; its worker may forget it.
+                self._held_finished.pop(0)
+                self.hub.send(worker_id, ResultAck(lease_id=fin.lease_id))
+                continue
             # In a gang, rank 0 drives: its outputs and checkpoint are the job's. The
             # other ranks are stopped after it ends and would overwrite them.
             lead = run.rank == 0
