@@ -40,7 +40,9 @@ class SchedulerConfig:
 
     queues: tuple[QueueConfig, ...] = (QueueConfig(name="batch"),)
     # A worker silent for this long is lost: its tasks are requeued (or NODE_FAIL).
-    heartbeat_timeout: float = 30.0
+    # Slurm's SlurmdTimeout: running jobs ride out a server outage or a network cut
+    # of up to the lease it gives (docs/design/runs.md); tests set seconds.
+    heartbeat_timeout: float = 300.0
     # One priority point per interval pending, up to the cap: nothing waits forever
     # behind a stream of equal-priority newcomers, yet --priority still dominates.
     age_interval: float = 60.0
@@ -83,7 +85,7 @@ def load_scheduler_config(
     """Settings from a parsed TOML table: `[[queues]]` entries and scalar overrides.
 
     Example: `queues = [{name = "gpu", priority_weight = 100, default_time = "1h",
-    max_time = "1d"}]`, `heartbeat_timeout = 30`.
+    max_time = "1d"}]`, `heartbeat_timeout = 300`.
     """
     base = base or SchedulerConfig()
     queues: list[QueueConfig] = []

@@ -20,7 +20,7 @@ flags override the file:
     max_attempts = 3
 
     [jobs]                      # the job scheduler (rbs.scheduler.config)
-    heartbeat_timeout = 30
+    heartbeat_timeout = 300     # lease_ttl 240 s: jobs ride out an outage that long
     queues = [
       { name = "batch" },
       { name = "gpu", priority_weight = 100, default_time = "1h", max_time = "1d" },

@@ -349,7 +349,9 @@ class JobDriver:
         )
 
     def worker_lost(self, worker_id: str) -> None:
-        self._post(WorkerDown(worker_id=worker_id, reason="worker stopped heartbeating"))
+        """The hub gave the worker up by its build-action timeouts (30 s of silence, or a
+        broken stream past the grace), not `[jobs] heartbeat_timeout`: its runs may live
+        on to the end of their lease, so the core loses it by its own timeout only."""
 
     async def job_message(self, worker_id: str, report: JobReport) -> None:
         if isinstance(report, JobStartedReport):

@@ -28,3 +28,9 @@ def test_the_figures_for_a_short_and_a_slurm_like_timeout() -> None:
     slurm = config_from_dict({"jobs": {"heartbeat_timeout": 300}})
     assert (slurm.lease_ttl, slurm.kill_grace, slurm.worker_heartbeat_interval) == (240, 10, 5)
     assert config_from_dict({"execution": {"heartbeat_interval": 1}}).worker_heartbeat_interval == 1
+
+
+def test_the_default_is_slurms_and_build_actions_keep_theirs() -> None:
+    cfg = config_from_dict({})
+    assert (cfg.jobs.heartbeat_timeout, cfg.lease_ttl, cfg.kill_grace) == (300, 240, 10)
+    assert cfg.execution.heartbeat_timeout == 30
