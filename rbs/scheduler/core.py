@@ -27,6 +27,7 @@ from rbs.scheduler.events import (
     TaskStarted,
     Tick,
     WorkerDown,
+    WorkerUnreachable,
     WorkerUp,
 )
 from rbs.scheduler.instructions import (
@@ -127,6 +128,11 @@ class Scheduler:
             worker = st.workers.get(ev.worker_id)
             if worker is not None and worker.alive:
                 lc.worker_lost(st, worker)
+        elif isinstance(ev, WorkerUnreachable):
+            worker = st.workers.get(ev.worker_id)
+            if worker is not None and worker.reachable:
+                worker.reachable = False
+                st.workers_changed()
         elif isinstance(ev, Heartbeat):
             self._seen(ev.worker_id)
         elif isinstance(ev, Tick):
@@ -232,6 +238,10 @@ class Scheduler:
         worker = self._st.workers.get(worker_id)
         if worker is not None and worker.alive:
             worker.last_seen = self._st.now
+            if not worker.reachable:
+                worker.reachable = True
+                self._st.workers_changed()
+                self._st.need_pass = True
 
     def _started(self, ev: TaskStarted) -> None:
         st = self._st
@@ -298,6 +308,7 @@ class Scheduler:
                         worker.release(key)
             worker.reconfigure(rec)
         worker.last_seen = st.now
+        worker.reachable = True
         st.workers_changed()
         st.dirty_workers[worker.worker_id] = worker
         st.need_pass = True

@@ -143,6 +143,16 @@ class WorkerDown:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerUnreachable:
+    """The server lost its stream to a worker: no new runs go there, but its runs are
+    kept (their lease may outlive the outage) until it reconnects or is silent for
+    `heartbeat_timeout`."""
+
+    worker_id: str
+    event_id: str = field(default_factory=_next_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Heartbeat:
     """A worker is alive."""
 
@@ -167,5 +177,14 @@ class Tick:
 
 
 Event = (
-    Submit | Cancel | Requeue | TaskExited | WorkerUp | WorkerDown | Heartbeat | TaskStarted | Tick
+    Submit
+    | Cancel
+    | Requeue
+    | TaskExited
+    | WorkerUp
+    | WorkerDown
+    | WorkerUnreachable
+    | Heartbeat
+    | TaskStarted
+    | Tick
 )

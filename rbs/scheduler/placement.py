@@ -55,7 +55,7 @@ class Pass:
         """The queue's shapes that fit the largest free amounts: a cheap superset of what can start."""
         cpu = mem = gpus = slots = 0
         for w in st.workers.values():
-            if w.alive and w.free_slots > 0:
+            if w.alive and w.reachable and w.free_slots > 0:
                 cpu = max(cpu, w.free_cpu)
                 mem = max(mem, w.free_mem)
                 gpus = max(gpus, len(w.free_gpus))
@@ -148,7 +148,10 @@ class Pass:
         times = sorted(
             (self.available_at(w, res), w.worker_id)
             for w in st.workers.values()
-            if w.alive and w.worker_id not in self.reserved and w.could_ever_fit(res)
+            if w.alive
+            and w.reachable
+            and w.worker_id not in self.reserved
+            and w.could_ever_fit(res)
         )
         if len(times) < lo:
             self.unreservable.add((res, lo))  # only more reservations can follow
@@ -195,7 +198,7 @@ def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCa
             or w.free_cpu < cpu
             or w.free_mem < mem
             or len(w.free_gpus) < gpus
-            or not w.alive
+            or not (w.alive and w.reachable)
         ):
             continue
         if reserved:
@@ -219,7 +222,7 @@ def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCa
 def _capacity_left(st: SchedState, reserved: dict[str, float]) -> bool:
     """Whether any later job could still start: a free slot unreserved or open to backfill."""
     for w in st.workers.values():
-        if w.alive and w.free_slots > 0:
+        if w.alive and w.reachable and w.free_slots > 0:
             until = reserved.get(w.worker_id)
             if until is None or st.now < until < INF:
                 return True

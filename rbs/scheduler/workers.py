@@ -26,6 +26,7 @@ class WorkerCapacity:
         "last_seen",
         "master_ports",
         "memory_bytes",
+        "reachable",
         "used_ports",
         "worker_id",
     )
@@ -35,6 +36,10 @@ class WorkerCapacity:
         self.allocs: dict[NodeKey, NodeRecord] = {}
         self.used_ports: set[int] = set()
         self.last_seen = now
+        # Not journaled: whether the server can reach the worker now. A worker whose
+        # stream broke keeps its runs until `heartbeat_timeout` (their lease may outlive
+        # the outage) but takes no new ones; a restored worker starts out reachable.
+        self.reachable = True
         self.reconfigure(rec)
 
     def reconfigure(self, rec: WorkerRecord) -> None:
@@ -77,6 +82,7 @@ class WorkerCapacity:
     def fits(self, res: Resources, port: bool = False) -> bool:
         return (
             self.alive
+            and self.reachable
             and self.free_slots >= 1
             and self.free_cpu >= res.cpu_millis
             and self.free_mem >= res.memory_bytes

@@ -40,6 +40,7 @@ from rbs.scheduler.events import (
     TaskStarted,
     Tick,
     WorkerDown,
+    WorkerUnreachable,
     WorkerUp,
 )
 from rbs.scheduler.instructions import (
@@ -77,7 +78,7 @@ RETRY_S = 0.25
 RETRY_MAX_S = 2.0
 # Events retried after a failed write: the worker's reports, which nobody re-sends.
 # Client requests are answered with the error instead (they retry themselves).
-_HELD_EVENTS = (TaskStarted, TaskExited, WorkerUp, WorkerDown)
+_HELD_EVENTS = (TaskStarted, TaskExited, WorkerUp, WorkerDown, WorkerUnreachable)
 
 
 class JobRequestError(Exception):
@@ -349,9 +350,9 @@ class JobDriver:
         )
 
     def worker_lost(self, worker_id: str) -> None:
-        """The hub gave the worker up by its build-action timeouts (30 s of silence, or a
-        broken stream past the grace), not `[jobs] heartbeat_timeout`: its runs may live
-        on to the end of their lease, so the core loses it by its own timeout only."""
+        """The hub gave the worker up (its build-action timeouts): its runs may live on to
+        the end of their lease, so the core only stops placing new runs there."""
+        self._post(WorkerUnreachable(worker_id=worker_id))
 
     async def job_message(self, worker_id: str, report: JobReport) -> None:
         if isinstance(report, JobStartedReport):

@@ -6,7 +6,15 @@ from sched_harness import GIB, Harness, env, kills, manifest, saved_states, star
 
 from rbs.model import JobState, KillReason
 from rbs.scheduler.config import QueueConfig, SchedulerConfig
-from rbs.scheduler.events import Requeue, RunRef, Submit, TaskExited, TaskRef, TaskStarted
+from rbs.scheduler.events import (
+    Requeue,
+    RunRef,
+    Submit,
+    TaskExited,
+    TaskRef,
+    TaskStarted,
+    WorkerUnreachable,
+)
 from rbs.scheduler.instructions import Accepted, SaveJob, SaveTask, Start
 
 
@@ -257,6 +265,23 @@ def test_heartbeat_loss_is_detected_by_tick() -> None:
     assert h.sched.job(jid).attempts == 1
     (start,) = starts(h.up("a"))
     assert start.run.attempt == 2
+
+
+def test_an_unreachable_worker_keeps_its_runs_but_takes_no_new_ones() -> None:
+    h = Harness(SchedulerConfig(heartbeat_timeout=30))
+    h.up("a", slots=2)
+    running = h.submit()
+    h.send(WorkerUnreachable(worker_id="a"), at=5.0)
+    waiting = h.submit()
+    assert starts(h.last) == []
+    assert h.state(running) is JobState.RUNNING and h.state(waiting) is JobState.PENDING
+    # Back (a heartbeat, or a new stream): new work goes there again, the old run kept.
+    (start,) = starts(h.beat("a", at=10.0))
+    assert start.run.job_id == waiting and h.state(running) is JobState.RUNNING
+    # Unreachable and then silent for the timeout: lost, its runs requeued.
+    h.send(WorkerUnreachable(worker_id="a"), at=11.0)
+    h.tick(at=45.0)
+    assert h.state(running) is JobState.PENDING and h.sched.job(running).attempts == 1
 
 
 def test_reconnect_keeps_what_runs_kills_orphans_and_requeues_the_missing() -> None:
