@@ -52,7 +52,8 @@ class ActionResultStore:
                 f"({_SCHEMA_VERSION}); upgrade rbs or point --data-dir elsewhere"
             )
         self._db.executescript(_SCHEMA)
-        self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        if version != _SCHEMA_VERSION:  # only when new: a full disk must not stop a restart
+            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
 
     @staticmethod
     def _key(instance: str, digest: Digest) -> tuple[str, str, str, int]:

@@ -196,6 +196,8 @@ class JobDriver:
             batch = [await self._queue.get()]
             while not self._queue.empty() and len(batch) < 2000:
                 batch.append(self._queue.get_nowait())
+            if self._held:  # merged here, not in `_step`: a failed step must hold them again
+                batch, self._held = self._held + batch, []
             try:
                 self._step(batch)
             except Exception as e:
@@ -230,9 +232,6 @@ class JobDriver:
 
     def _step(self, batch: list[tuple[Event, asyncio.Future[Any] | None]]) -> None:
         now = self._clock()
-        if self._held:
-            batch = self._held + batch
-            self._held = []
         # Atomic with its journal write: durable before anything is answered or sent.
         instructions = self.store.step(
             self.sched, [e for e, _ in batch], now, request_ids=self._request_of

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -314,7 +315,12 @@ class WorkerHub:
             old.outbox.put_nowait(None)
         session = _Session(info.worker_id)
         self._sessions[info.worker_id] = session
-        self._store.save_worker(info.worker_id, json.dumps(asdict(info)), time.time())
+        try:
+            self._store.save_worker(info.worker_id, json.dumps(asdict(info)), time.time())
+        except sqlite3.Error as e:
+            # Only a later restart's memory of it: a full disk must not turn a worker away
+            # (it may hold results the job journal is waiting for).
+            log.warning("worker %s: its record is not saved: %s", info.worker_id, e)
         session.outbox.put_nowait(
             RegisteredInfo(
                 worker_id=info.worker_id,

@@ -220,3 +220,75 @@ def test_the_client_retries_a_lost_submit_once_with_the_same_request_id(
         assert [j["job_id"] for j in jobs] == [job]
     finally:
         cluster.stop()
+
+
+def test_a_server_restarted_while_the_disk_is_full_runs_an_ended_job_once(
+    small_fs: Path, tmp_path: Path
+) -> None:
+    data, gate, runs = small_fs, tmp_path / "gate", tmp_path / "runs"
+    runs.mkdir()
+    cluster = JobCluster(data, jobs=JOBS)
+    try:
+        worker = cluster.add_worker(tmp_path / "w1", job_slots=1, cpus=1)
+        client = cluster.client()
+        script = (
+            f'echo run >> {runs}/"$RBS_JOB_ID"; echo start; '
+            f"while [ ! -e {gate} ]; do sleep 0.01; done; seq 1 50; echo done"
+        )
+        job = client.submit(["sh", "-c", script])
+        wait_for("the job to log", lambda: list(client.logs(job)))
+        filler = _fill(data)
+
+        # The job ends during the episode; its exit is not journaled, so its worker keeps it.
+        gate.touch()
+        host = worker.jobs
+        assert host is not None
+
+        async def slot_free() -> bool:
+            return host.slots_used() == 0
+
+        wait_for("the job to end on the worker", lambda: cluster.call(slot_free()))
+        assert client.show(job).state == "RUNNING"
+
+        # Restarted with the disk still full: it comes up, takes the worker back, refuses
+        # submits with 507, and holds the exit the worker sends again.
+        cluster.stop_server()
+        worker.connected.clear()
+        cluster.start_server()
+        wait_for("the worker to register again", worker.connected.is_set)
+        assert cluster.server is not None
+        client = cluster.client()
+        conn = HttpConnection("127.0.0.1", cluster.port + 1)
+        for _ in range(2):
+            with pytest.raises(HttpError) as err:
+                _submit(conn, ["true"])
+            assert err.value.status == 507, err.value.message
+            assert err.value.code == "RESOURCE_EXHAUSTED"
+            assert err.value.message.startswith(f"free space under {data} ")
+        assert client.show(job).state == "RUNNING"
+
+        # Space is back: the exit goes in once, the job is not started again.
+        filler.unlink()
+        info = cluster.wait(job)
+        assert info.state == "COMPLETED", info.raw
+        assert (runs / job).read_text() == "run\n", "the job ran more than once"
+        store = cluster.server.driver.store
+
+        async def attempts() -> list[int]:
+            return [t.attempt for t in store.task_history(int(job))]
+
+        assert cluster.call(attempts()) == [1], "the job was started twice"
+        lines = list(client.logs(job))
+        assert [x.seq for x in lines] == list(range(1, len(lines) + 1))
+        assert [x.text for x in lines if x.stream == "out"] == [
+            "start",
+            *map(str, range(1, 51)),
+            "done",
+        ]
+        assert {x.attempt for x in lines} == {1}
+        later = _submit(conn, ["true"])["job_id"]
+        assert int(later) == int(job) + 1
+        assert cluster.wait(later).state == "COMPLETED"
+        conn.close()
+    finally:
+        cluster.stop()
