@@ -169,6 +169,16 @@ def spawn_rbs(
         )
 
 
+def spawn_worker(
+    address: str, folder: Path, name: str = "w1", job_slots: int = 1
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """A real `rbs remote worker` process under folder/name: (process, ready file, log)."""
+    ready, log = folder / f"{name}.ready", folder / f"{name}.log"
+    args = ["remote", "worker", "--server", address, "--work-dir", str(folder / name)]
+    args += ["--job-slots", str(job_slots), "--ready-file", str(ready)]
+    return spawn_rbs(args, log), ready, log
+
+
 def wait_ready(proc: subprocess.Popen[bytes], ready: Path, log: Path) -> dict[str, object]:
     """The JSON of a --ready-file, once the process wrote it (or its log, if it died)."""
 

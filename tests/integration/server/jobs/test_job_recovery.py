@@ -11,6 +11,7 @@ from jobs_harness import (
     JobCluster,
     kill_group,
     spawn_rbs,
+    spawn_worker,
     stop_process,
     wait_for,
     wait_ready,
@@ -25,24 +26,9 @@ def test_job_on_a_killed_worker(tmp_path: Path, requeue: bool) -> None:
     cluster = JobCluster(tmp_path / "server")
     pid_file = tmp_path / "pid"
     attempts = tmp_path / "attempts"
-    log = tmp_path / "w1.log"
-    w1 = spawn_rbs(
-        [
-            "remote",
-            "worker",
-            "--server",
-            cluster.address,
-            "--work-dir",
-            str(tmp_path / "w1"),
-            "--job-slots",
-            "1",
-            "--ready-file",
-            str(tmp_path / "w1.ready"),
-        ],
-        log,
-    )
+    w1, ready, log = spawn_worker(cluster.address, tmp_path)
     try:
-        w1_id = wait_ready(w1, tmp_path / "w1.ready", log)["worker_id"]
+        w1_id = wait_ready(w1, ready, log)["worker_id"]
         client = cluster.client()
         script = (
             f'echo "$RBS_ATTEMPT" >> {attempts}; '

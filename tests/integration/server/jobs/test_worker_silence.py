@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from jobs_harness import JobCluster, kill_group, spawn_rbs, stop_process, wait_for, wait_ready
+from jobs_harness import JobCluster, kill_group, spawn_worker, stop_process, wait_for, wait_ready
 
 from rbs.executor.lease import group_alive
 from rbs.scheduler.config import SchedulerConfig
@@ -30,25 +30,10 @@ def test_frozen_worker_is_lost_within_the_jobs_heartbeat_timeout(tmp_path: Path)
     )
     pid_file = tmp_path / "pid"
     attempts = tmp_path / "attempts"
-    log = tmp_path / "w1.log"
-    w1 = spawn_rbs(
-        [
-            "remote",
-            "worker",
-            "--server",
-            cluster.address,
-            "--work-dir",
-            str(tmp_path / "w1"),
-            "--job-slots",
-            "1",
-            "--ready-file",
-            str(tmp_path / "w1.ready"),
-        ],
-        log,
-    )
+    w1, ready, log = spawn_worker(cluster.address, tmp_path)
     stopped = False
     try:
-        w1_id = wait_ready(w1, tmp_path / "w1.ready", log)["worker_id"]
+        w1_id = wait_ready(w1, ready, log)["worker_id"]
         client = cluster.client()
         script = (
             f'echo "$RBS_ATTEMPT" >> {attempts}; '
@@ -89,25 +74,10 @@ def test_a_frozen_workers_job_is_dead_before_its_requeued_copy_starts(tmp_path: 
     )
     pid_file = tmp_path / "pid"
     stamps = tmp_path / "stamps"
-    log = tmp_path / "w1.log"
-    w1 = spawn_rbs(
-        [
-            "remote",
-            "worker",
-            "--server",
-            cluster.address,
-            "--work-dir",
-            str(tmp_path / "w1"),
-            "--job-slots",
-            "1",
-            "--ready-file",
-            str(tmp_path / "w1.ready"),
-        ],
-        log,
-    )
+    w1, ready, log = spawn_worker(cluster.address, tmp_path)
     stopped = False
     try:
-        wait_ready(w1, tmp_path / "w1.ready", log)
+        wait_ready(w1, ready, log)
         client = cluster.client()
         # Each attempt stamps the file every 20 ms; attempt 2 ends after 50 stamps.
         script = (
