@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.chaos]
 
 
 def rbs(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

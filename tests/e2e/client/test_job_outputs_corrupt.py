@@ -19,7 +19,7 @@ from rbs.client.http import ConnectError, HttpConnection, HttpError
 from rbs.model import Digest
 from rbs.wire.jobs_api_requests import blob_path
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.chaos]
 
 DATA = b"precious output\n" * 200_000  # 3.2 MB: more than one chunk on the wire
 

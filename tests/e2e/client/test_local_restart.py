@@ -17,6 +17,8 @@ from typing import IO
 
 import pytest
 
+pytestmark = pytest.mark.chaos
+
 LINES = 30  # one every 0.2 s: the job runs about 6 s
 
 

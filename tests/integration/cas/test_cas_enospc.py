@@ -15,6 +15,8 @@ from rbs.cas.errors import StoreFull
 from rbs.cas.tree import tree_from_path
 from rbs.model import Digest
 
+pytestmark = pytest.mark.chaos
+
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:

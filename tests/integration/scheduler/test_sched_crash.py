@@ -17,6 +17,8 @@ from rbs.scheduler.store import Store
 sys.path.insert(0, str(Path(__file__).parent))
 import sched_crash_child as child
 
+pytestmark = pytest.mark.chaos
+
 KILL_AFTER = 300  # batches, well inside the workload
 
 

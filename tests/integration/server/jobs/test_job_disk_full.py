@@ -20,6 +20,8 @@ from rbs.client.http import ConnectError, HttpConnection, HttpError
 from rbs.scheduler.config import SchedulerConfig
 from rbs.wire import jobs_api_requests as req
 
+pytestmark = pytest.mark.chaos
+
 JOBS = SchedulerConfig(heartbeat_timeout=30.0, validate=True)
 
 

@@ -20,6 +20,8 @@ from jobs_harness import (
 from rbs.scheduler.config import SchedulerConfig
 from rbs.server.cluster import pick_port_pair
 
+pytestmark = pytest.mark.chaos
+
 
 @pytest.mark.parametrize("requeue", [True, False], ids=["requeued", "no-requeue"])
 def test_job_on_a_killed_worker(tmp_path: Path, requeue: bool) -> None:

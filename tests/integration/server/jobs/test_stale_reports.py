@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from jobs_harness import JobCluster, wait_for
 
 from rbs.model import LogLine, LogStream
@@ -19,6 +20,8 @@ from rbs.wire.workers_jobs import (
     LogBatch,
     ResultAck,
 )
+
+pytestmark = pytest.mark.chaos
 
 
 def test_a_stale_job_finished_is_refused(tmp_path: Path) -> None:

@@ -9,11 +9,14 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from jobs_harness import JobCluster, kill_group, spawn_worker, stop_process, wait_for, wait_ready
 
 from rbs.executor.lease import group_alive
 from rbs.scheduler.config import SchedulerConfig
 from rbs.server.job_driver import TICK_S
+
+pytestmark = pytest.mark.chaos
 
 TIMEOUT_S = 3.0
 

@@ -18,7 +18,7 @@ from rbs.cas.disk import DiskStore
 from rbs.model import Digest, DigestFunction
 from rbs.wire.resource_names import format_read_name
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.chaos]
 
 LARGE = (5 << 20) + 3
 # Digests without a function are SHA256 on the wire: keep every blob SHA256.
