@@ -188,6 +188,7 @@ class Worker:
         self._outbox: asyncio.Queue[WorkerReport] | None = None
         self._stopping = asyncio.Event()
         self.connected = asyncio.Event()
+        self._heard_at = 0.0  # loop time of the server's last word
         self.jobs: JobHost | None = None
         self.lease = WorkerLease(config.work_dir)
         if self.register.job_slots > 0:
@@ -212,7 +213,9 @@ class Worker:
         watchdog = start_watchdog(self.config.work_dir) if self.jobs is not None else None
         backoff = 0.2
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.reconnect_timeout_s
+        # The reconnect timeout counts from the last time the server was reachable (a
+        # Registered, any message read), however the stream ended after that.
+        self._heard_at = loop.time()
         try:
             while not self._stopping.is_set():
                 async with grpc.aio.insecure_channel(target, options=channel_options()) as ch:
@@ -237,10 +240,9 @@ class Worker:
                         registered = False
                 if registered:
                     backoff = 0.2
-                    deadline = loop.time() + self.config.reconnect_timeout_s
                 if self._stopping.is_set():
                     break
-                if loop.time() >= deadline:
+                if loop.time() - self._heard_at >= self.config.reconnect_timeout_s:
                     raise WorkerError(
                         f"the server at {self.config.server} has been unreachable for "
                         f"{self.config.reconnect_timeout_s:g}s; giving up"
@@ -289,6 +291,7 @@ class Worker:
         if not isinstance(first, RegisteredInfo):  # the stream ended, or something else came
             await stream.done_writing()
             return False
+        self._heard_at = asyncio.get_running_loop().time()
         interval = first.heartbeat_interval_s or 5.0
         self.lease.configure(first.lease_ttl_s, first.kill_grace_s)
         log.info("registered with %s as %s", self.config.server, self.worker_id)
@@ -350,10 +353,12 @@ class Worker:
             await asyncio.sleep(interval)
 
     async def _read(self, stream: WorkerStream) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             order = await stream.read()
             if order is None:
                 return  # the server closed the stream
+            self._heard_at = loop.time()
             self.lease.renew()  # any word from the server renews the job lease
             if isinstance(order, LeaseRenewal):
                 pass
