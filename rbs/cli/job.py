@@ -25,6 +25,7 @@ from rbs.cli.job_submit import (
     USAGE,
     client_for,
     report,
+    use_tls_ca,
 )
 from rbs.cli.job_submit import submit as submit_job
 
@@ -115,6 +116,14 @@ def _options(flags: Sequence[tuple[str, str, str, str]]) -> Callable[[F], F]:
         for flag, kind, metavar, text in reversed(flags):
             if kind == FLAG:
                 f = click.option(flag, is_flag=True, help=text)(f)
+            elif flag == "--tls-ca":
+                f = click.option(
+                    flag,
+                    metavar=metavar,
+                    help=text,
+                    expose_value=False,
+                    callback=lambda _ctx, _param, value: use_tls_ca(value),
+                )(f)
             else:
                 kw: dict[str, Any] = {"type": int} if kind == INT else {}
                 f = click.option(flag, metavar=metavar, multiple=kind == LIST, help=text, **kw)(f)

@@ -42,7 +42,25 @@ COMMON_FLAGS: tuple[tuple[str, str, str, str], ...] = (
         "FILE",
         "File holding the cluster's token (default: $RBS_REMOTE_TOKEN).",
     ),
+    (
+        "--tls-ca",
+        TEXT,
+        "FILE",
+        "Use TLS, trusting the server's certificate from this CA file (PEM) "
+        "(default: $RBS_REMOTE_TLS_CA).",
+    ),
 )
+# `--tls-ca FILE` means RBS_REMOTE_TLS_CA=FILE for this process (rbs.client.jobs.TLS_CA_ENV,
+# not imported: `rbs job --help` does without that module), so no command passes it on.
+TLS_CA_ENV = "RBS_REMOTE_TLS_CA"
+
+
+def use_tls_ca(path: str | None) -> None:
+    """What `--tls-ca FILE` does: trust FILE's CA for this process's connections."""
+    if path:
+        os.environ[TLS_CA_ENV] = path
+
+
 SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     *COMMON_FLAGS,
     ("--name", TEXT, "NAME", "Job name (default: the command or script name)."),
@@ -123,6 +141,8 @@ def fast_submit_args(argv: Sequence[str]) -> dict[str, object] | None:
     if i >= n or not command or command[0] == "--" or command[0].startswith("//"):
         return None
     values["command"] = command
+    ca = values.pop("tls_ca")
+    use_tls_ca(ca if isinstance(ca, str) else None)
     return values
 
 
@@ -138,6 +158,12 @@ def report(cmd: str, run: Callable[[], int]) -> int:
     """Run one `rbs job` command: its exit code, or 2 and one line naming what was wrong."""
     try:
         return int(run())
+    except BrokenPipeError:
+        # `rbs job logs 7 | head`: the reader has what it wanted; end as other tools do.
+        from rbs.cli.guard import pipe_closed
+
+        pipe_closed()
+        return 141  # pragma: no cover - pipe_closed ends the process
     except (JobError, ValueError, OSError) as e:
         print(f"rbs job {cmd}: error: {e}", file=sys.stderr)
         return 2

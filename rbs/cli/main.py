@@ -12,9 +12,15 @@ from __future__ import annotations
 import sys
 
 from rbs.cli.commands import COMMANDS
+from rbs.cli.guard import guarded
 
 
 def main() -> None:
+    # One guard around everything: no traceback reaches a user (rbs.cli.guard).
+    guarded(_main)
+
+
+def _main() -> None:
     argv = sys.argv[1:]
     entry = COMMANDS.get(argv[0]) if argv else None
     if entry is not None and entry[3] is not None:

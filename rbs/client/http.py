@@ -15,6 +15,7 @@ from collections.abc import Iterator
 # time; type checkers treat this name as true all the same.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import ssl
     from typing import Any, BinaryIO
 
 
@@ -30,6 +31,11 @@ class HttpError(Exception):
 
 class ConnectError(Exception):
     """The server could not be reached."""
+
+
+CONNECT_HINT = (
+    "check that `rbs remote serve` runs there and that --server (or RBS_REMOTE) names its gRPC port"
+)
 
 
 class Response:
@@ -50,12 +56,22 @@ class HttpConnection:
     """One keep-alive connection to host:port; reconnects once if the server closed it."""
 
     def __init__(
-        self, host: str, port: int, *, token: str | None = None, timeout: float = 60
+        self,
+        host: str,
+        port: int,
+        *,
+        token: str | None = None,
+        timeout: float = 60,
+        name: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.token = token
         self.timeout = timeout
+        # How errors name the far end, e.g. "the jobs API of the rbs server HOST:PORT".
+        self.name = name or f"the rbs server at {host}:{port}"
+        self.tls = tls
         self._sock: socket.socket | None = None
         self._buf = b""
 
@@ -80,11 +96,11 @@ class HttpConnection:
                 except OSError:
                     s.close()
                     raise
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.tls is not None:
+                s = self.tls.wrap_socket(s, server_hostname=self.host)
         except OSError as e:
-            raise ConnectError(
-                f"cannot reach the rbs server at {self.host}:{self.port}: {e}"
-            ) from None
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            raise ConnectError(f"cannot reach {self.name}: {_reason(e)}; {CONNECT_HINT}") from None
         self._sock = s
         self._buf = b""
         return s
@@ -179,7 +195,7 @@ class HttpConnection:
             self.close()
             if isinstance(e, ConnectError):
                 raise
-            raise ConnectError(f"lost the connection to {self.host}:{self.port}: {e}") from None
+            raise ConnectError(f"lost the connection to {self.name}: {_reason(e)}") from None
         self._finish(headers)
         resp = Response(status=status, headers=headers, body=payload)
         if status >= 300:
@@ -205,7 +221,7 @@ class HttpConnection:
             payload = b"".join(self._chunks(headers))
         except (OSError, ConnectionError) as e:
             self.close()
-            raise ConnectError(f"lost the connection to {self.host}:{self.port}: {e}") from None
+            raise ConnectError(f"lost the connection to {self.name}: {_reason(e)}") from None
         self._finish(headers)
         resp = Response(status=status, headers=headers, body=payload)
         if status >= 300:
@@ -232,7 +248,7 @@ class HttpConnection:
             self.close()
             if isinstance(e, ConnectError):
                 raise
-            raise ConnectError(f"lost the connection to {self.host}:{self.port}: {e}") from None
+            raise ConnectError(f"lost the connection to {self.name}: {_reason(e)}") from None
         self._finish(headers)
         return n
 
@@ -258,6 +274,25 @@ class HttpConnection:
         finally:
             if not complete:
                 self.close()  # the caller stopped mid-body: the rest would poison the next request
+
+
+def _reason(e: OSError) -> str:
+    """An OSError's cause without the errno prefix: `Connection refused`."""
+    return e.strerror or str(e) or type(e).__name__
+
+
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """A client TLS context trusting `ca_file` (PEM), or the system's roots when None.
+
+    ssl is imported here, not at the top: a plain-HTTP `rbs job submit` never loads it."""
+    import ssl
+
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ConnectError(
+            f"--tls-ca {ca_file!r}: cannot read it as PEM certificates: {_reason(e)}"
+        ) from None
 
 
 def _ip_family(host: str) -> socket.AddressFamily | None:

@@ -46,11 +46,23 @@ if TYPE_CHECKING:
 RECONNECT_S = 60.0
 
 
+TLS_CA_ENV = "RBS_REMOTE_TLS_CA"
+
+
 def parse_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise JobError(f"--server {text!r}: want HOST:PORT, e.g. 127.0.0.1:8980")
+    """`HOST:PORT`, `grpc://HOST:PORT` or `grpcs://HOST:PORT` (TLS) as (host, gRPC port)."""
+    host, sep, port = text.split("://", 1)[-1].rpartition(":")
+    scheme = text.split("://", 1)[0] if "://" in text else "grpc"
+    if scheme not in ("grpc", "grpcs") or not sep or not port.isdigit() or not host:
+        raise JobError(
+            f"--server {text!r}: want HOST:PORT (or grpcs://HOST:PORT for TLS), e.g. 127.0.0.1:8980"
+        )
     return host.strip("[]"), int(port)
+
+
+def jobs_api_name(server: str, host: str, grpc_port: int) -> str:
+    """How errors name the jobs API: it is on the gRPC port + 1, so say both."""
+    return f"the rbs server {server}: its jobs API at {host}:{grpc_port + 1} (the gRPC port + 1)"
 
 
 class JobsClient:
@@ -63,9 +75,11 @@ class JobsClient:
         token: str | None = None,
         home: Path | None = None,
         announce: bool = True,
+        tls_ca: str | None = None,
     ) -> None:
         server = server or os.environ.get("RBS_REMOTE") or None
         token = token if token is not None else os.environ.get("RBS_REMOTE_TOKEN") or None
+        tls_ca = tls_ca or os.environ.get(TLS_CA_ENV) or None
         self._home = home
         self._announce = announce
         self._local = not server
@@ -78,7 +92,22 @@ class JobsClient:
             cluster = ensure_local(home, announce=announce)
             host, grpc_port = cluster.host, cluster.grpc_port
             self.server = cluster.address
-        self.conn = HttpConnection(host, grpc_port + 1, token=token)
+        # TLS when a CA to trust is given or the address says grpcs:// (system roots).
+        tls = None
+        if tls_ca or (server or "").startswith("grpcs://"):
+            from rbs.client.http import tls_context
+
+            try:
+                tls = tls_context(tls_ca)
+            except ConnectError as e:
+                raise JobError(str(e)) from None
+        self.conn = HttpConnection(
+            host,
+            grpc_port + 1,
+            token=token,
+            name=jobs_api_name(self.server, host, grpc_port),
+            tls=tls,
+        )
 
     def close(self) -> None:
         self.conn.close()
@@ -118,7 +147,12 @@ class JobsClient:
             if cluster.address != self.server:
                 self.server = cluster.address
                 token = self.conn.token
-                self.conn = HttpConnection(cluster.host, cluster.grpc_port + 1, token=token)
+                self.conn = HttpConnection(
+                    cluster.host,
+                    cluster.grpc_port + 1,
+                    token=token,
+                    name=jobs_api_name(cluster.address, cluster.host, cluster.grpc_port),
+                )
         return min(delay * 2, 2.0)
 
     # ---- submitting

@@ -25,6 +25,7 @@ SAME = [
     ["submit", "--cpus", "1", "--cpus", "2", "--", "x", "--cpus", "3"],
     ["submit", "--script", "run.sh", "--", "x"],
     ["submit", "--manifest=m.job.json", "--priority=-3", "--", "x"],
+    ["submit", "--tls-ca", "ca.pem", "--", "x"],
 ]
 
 DEFER = [
@@ -71,7 +72,8 @@ def test_every_submit_flag_has_help() -> None:
 
 
 @pytest.mark.parametrize("argv", SAME, ids=" ".join)
-def test_fast_path_equals_click(argv: list[str]) -> None:
+def test_fast_path_equals_click(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RBS_REMOTE_TLS_CA", "")  # --tls-ca sets it; undone after the test
     fast = fast_submit_args(argv)
     assert fast is not None
     assert fast == click_params(argv)
