@@ -129,6 +129,9 @@ class JobState(enum.Enum):
 ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING})
 TERMINAL_STATES = frozenset(s for s in JobState if s not in ACTIVE_STATES)
 
+# Who submitted a job recorded before jobs had owners (docs/design/security.md).
+UNKNOWN_USER = "unknown"
+
 
 class KillReason(enum.Enum):
     """Why rbs stops a run before it exits by itself (SIGTERM, then SIGKILL after a grace).

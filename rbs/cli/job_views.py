@@ -48,6 +48,10 @@ def print_list(jobs: Sequence[JobInfo]) -> None:
         "REASON",
         "PRIO",
         "CPU",
+    row(
+        "User",
+        r.get("user", "unknown") + (f"  (child of job {r['parent']})" if r.get("parent") else ""),
+    )
         "MEM",
         "GPU",
         "WORKER",
@@ -108,6 +112,8 @@ def print_show(info: JobInfo) -> None:
         row(
             "Dependencies",
             ", ".join(f"{d['dep']} ({d['state']})" for d in r["dependencies"]),
+    for c in r.get("changes", []):
+        row("Changed", f"{c['action']} by {c['by']} at {_when(c['time'])}")
             "dependencies",
         )
     if r.get("array"):

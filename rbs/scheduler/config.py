@@ -58,6 +58,8 @@ class SchedulerConfig:
     # commit also waits for an fsync, so acknowledged work survives a power loss too.
     durable: bool = False
     default_master_ports: tuple[int, int] = (29500, 29999)
+    # How many jobs the runs of one job may submit with their scoped tokens, in all.
+    max_child_jobs: int = 100
     queue_names: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
@@ -116,7 +118,7 @@ def load_scheduler_config(
             )
         )
     known = {"queues", "heartbeat_timeout", "age_interval", "durable"}
-    known |= {"age_max", "max_array_size", "reservation_depth"}
+    known |= {"age_max", "max_array_size", "reservation_depth", "max_child_jobs"}
     extra = sorted(set(table) - known)
     if extra:
         # A typo must not silently fall back to a default.
@@ -129,7 +131,7 @@ def load_scheduler_config(
     for key in ("heartbeat_timeout", "age_interval"):
         if key in table:
             kw[key] = float(table[key])
-    for key in ("age_max", "max_array_size", "reservation_depth"):
+    for key in ("age_max", "max_array_size", "reservation_depth", "max_child_jobs"):
         if key in table:
             kw[key] = specs.parse_count(table[key], key)
     return SchedulerConfig(
@@ -139,6 +141,7 @@ def load_scheduler_config(
         age_max=kw.get("age_max", base.age_max),
         max_array_size=kw.get("max_array_size", base.max_array_size),
         reservation_depth=kw.get("reservation_depth", base.reservation_depth),
+        max_child_jobs=kw.get("max_child_jobs", base.max_child_jobs),
         validate=base.validate,
         durable=kw.get("durable", base.durable),
     )

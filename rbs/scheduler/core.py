@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rbs.model import JobManifest, JobState, KillReason
+from rbs.model import UNKNOWN_USER, JobManifest, JobState, KillReason
 from rbs.scheduler import lifecycle as lc
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.events import (
@@ -33,6 +33,7 @@ from rbs.scheduler.events import (
 from rbs.scheduler.instructions import (
     Accepted,
     Instruction,
+    JobChange,
     JobRecord,
     Kill,
     NodeRecord,
@@ -48,6 +49,10 @@ from rbs.scheduler.workers import WorkerCapacity
 from rbs.units import format_duration
 
 log = logging.getLogger(__name__)
+
+# The changes kept per job (the latest): a loop cancelling task after task must not
+# grow one journal row without bound.
+MAX_CHANGES = 50
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +102,7 @@ class Scheduler:
         st = self._st
         if isinstance(ev, Submit):
             try:
-                job = self._submit(ev.manifest, ev.provenance)
+                job = self._submit(ev.manifest, ev.provenance, ev.user, ev.parent)
             except (SchedulerError, ValueError) as e:
                 st.actions.append(Rejected(event_id=ev.event_id, message=str(e)))
             else:
@@ -110,7 +115,7 @@ class Scheduler:
                 return
             for target in ev.targets:
                 if isinstance(ev, Cancel):
-                    self._cancel(target)
+                    self._cancel(target, ev.by)
                 else:
                     reason = KillReason.PREEMPT if ev.preempt else KillReason.REQUEUE
                     for run in self._runs_of(target):
@@ -142,8 +147,20 @@ class Scheduler:
 
     # ---- submissions
 
-    def _submit(self, m: JobManifest, provenance: tuple[tuple[str, str], ...]) -> Job:
+    def _submit(
+        self,
+        m: JobManifest,
+        provenance: tuple[tuple[str, str], ...],
+        user: str = UNKNOWN_USER,
+        parent: int | None = None,
+    ) -> Job:
         st, cfg = self._st, self.config
+        children = st.children.get(parent, 0) if parent is not None else 0
+        if parent is not None and children >= cfg.max_child_jobs:
+            raise SchedulerError(
+                f"job {parent} has submitted {children} child jobs, the limit "
+                "([jobs] max_child_jobs); wait for some to end or raise the limit"
+            )
         queue = cfg.queue(m.queue)
         if queue is None:
             raise SchedulerError(
@@ -164,6 +181,9 @@ class Scheduler:
                 raise SchedulerError(f"--deps {dep}: unknown job id {dep.job_id}")
         self._check_fits(m)
         job = Job(st.next_id, m, tuple(sorted(provenance)), limit, st.now)
+        job.user, job.parent = user, parent
+        if parent is not None:
+            st.children[parent] = children + 1
         st.next_id += 1
         st.jobs[job.id] = job
         st.touch(job)
@@ -214,11 +234,15 @@ class Scheduler:
         run = job.runs.get(target.index)
         return [run] if run is not None else []
 
-    def _cancel(self, target: TaskRef) -> None:
+    def _cancel(self, target: TaskRef, by: str = UNKNOWN_USER) -> None:
         st = self._st
         job = st.jobs[target.job_id]
         if job.state.terminal:
             return
+        action = "cancel" if target.index is None else f"cancel {target}"
+        change = JobChange(action=action, by=by, at=st.now)
+        job.changes = (*job.changes, change)[-MAX_CHANGES:]
+        st.touch(job)
         if target.index is None:
             job.pool.cancel_all()
         else:
@@ -392,6 +416,8 @@ class Scheduler:
         for jrec in sorted(jobs, key=lambda r: r.job_id):
             st.jobs[jrec.job_id] = Job.from_record(jrec)
             st.next_id = max(st.next_id, jrec.job_id + 1)
+            if jrec.parent is not None:
+                st.children[jrec.parent] = st.children.get(jrec.parent, 0) + 1
         for trec in tasks:
             run = Run.from_record(trec)
             job = st.jobs[trec.job_id]
@@ -425,6 +451,14 @@ class Scheduler:
             return False
         node = found.nodes[run.rank]
         return node.worker_id == worker_id and not node.exited
+
+    def run_user(self, run: RunRef) -> str | None:
+        """Who submitted `run`'s job while that rank of that attempt has not exited, else
+        None: a run's scoped token is good exactly that long (docs/design/security.md)."""
+        found = lc.find_run(self._st, run.job_id, run.index, run.attempt)
+        if found is None or not 0 <= run.rank < len(found.nodes) or found.nodes[run.rank].exited:
+            return None
+        return self._st.jobs[run.job_id].user
 
     def job(self, job_id: int) -> JobView:
         job = self._st.jobs.get(job_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from rbs.model import JobManifest
+from rbs.model import UNKNOWN_USER, JobManifest
 from rbs.wire.specs import SpecError, parse_task_id
 
 _ids = itertools.count(1)
@@ -61,18 +61,26 @@ class RunRef:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Submit:
-    """A new job; provenance maps manifest fields to where their values came from."""
+    """A new job; provenance maps manifest fields to where their values came from.
+
+    `user` submitted it; `parent` is the job whose run submitted it with its scoped token
+    (counted against `[jobs] max_child_jobs`), None for a job a person submitted."""
 
     manifest: JobManifest
     provenance: tuple[tuple[str, str], ...] = ()
+    user: str = UNKNOWN_USER
+    parent: int | None = None
     event_id: str = field(default_factory=_next_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Cancel:
-    """Cancel whole jobs or single array tasks; pending ones end now, running ones get Kill."""
+    """Cancel whole jobs or single array tasks; pending ones end now, running ones get Kill.
+
+    `by` is the user who asked, recorded in each job's changes."""
 
     targets: tuple[TaskRef, ...]
+    by: str = UNKNOWN_USER
     event_id: str = field(default_factory=_next_id)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rbs.model import JobManifest, JobState, KillReason
+from rbs.model import UNKNOWN_USER, JobManifest, JobState, KillReason
 from rbs.scheduler.events import RunRef
 
 
@@ -55,6 +55,15 @@ class PoolRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobChange:
+    """One change a user made to a job (today: a cancel, of the job or of `ID_INDEX`)."""
+
+    action: str  # "cancel" or "cancel ID_INDEX"
+    by: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobRecord:
     """Everything about a job that a restarted scheduler needs, except its active runs."""
 
@@ -75,6 +84,9 @@ class JobRecord:
     signal: int | None = None
     oom: bool = False
     peak_memory_bytes: int | None = None
+    user: str = UNKNOWN_USER  # who submitted it
+    parent: int | None = None  # the job whose run submitted it
+    changes: tuple[JobChange, ...] = ()  # who changed it (cancelled it), oldest first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

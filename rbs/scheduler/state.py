@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
-from rbs.model import TERMINAL_STATES, JobManifest, JobState, KillReason, Resources
+from rbs.model import TERMINAL_STATES, UNKNOWN_USER, JobManifest, JobState, KillReason, Resources
 from rbs.scheduler.arrays import TaskPool
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.events import RunRef
 from rbs.scheduler.instructions import (
     Accepted,
     Instruction,
+    JobChange,
     JobRecord,
     Kill,
     NodeRecord,
@@ -151,6 +152,7 @@ class Job:
 
     __slots__ = (
         "attempts",
+        "changes",
         "eligible_time",
         "end_time",
         "eval_pass",
@@ -158,6 +160,7 @@ class Job:
         "id",
         "manifest",
         "oom",
+        "parent",
         "peak",
         "pool",
         "provenance",
@@ -169,6 +172,7 @@ class Job:
         "state",
         "submit_time",
         "time_limit",
+        "user",
         "workers",
     )
 
@@ -196,6 +200,9 @@ class Job:
         self.peak: int | None = None
         self.attempts = 0
         self.workers: tuple[str, ...] = ()
+        self.user = UNKNOWN_USER
+        self.parent: int | None = None
+        self.changes: tuple[JobChange, ...] = ()
         self.pool = TaskPool(manifest.array)
         self.runs: dict[int, Run] = {}  # pool index (0 for a single job) -> active run
         self.shape = compute_shape(manifest.resources, manifest.node_range[0], time_limit)
@@ -231,6 +238,9 @@ class Job:
             signal=self.signal,
             oom=self.oom,
             peak_memory_bytes=self.peak,
+            user=self.user,
+            parent=self.parent,
+            changes=self.changes,
         )
 
     @classmethod
@@ -248,6 +258,9 @@ class Job:
         job.signal = rec.signal
         job.oom = rec.oom
         job.peak = rec.peak_memory_bytes
+        job.user = rec.user
+        job.parent = rec.parent
+        job.changes = rec.changes
         return job
 
 
@@ -265,6 +278,7 @@ class SchedState:
         self.begin_heap: list[tuple[float, int]] = []
         self.deadlines: list[tuple[float, int, int, int]] = []  # deadline, job, raw index, attempt
         self.draining: dict[RunKey, Run] = {}
+        self.children: dict[int, int] = {}  # parent job -> child jobs it submitted
         self.need_pass = True
         self.pass_no = 0
         self.pass_starts = 0  # runs started, ever: lets a pass see that capacity changed

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rbs.model import JobState
+from rbs.model import UNKNOWN_USER, JobState
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
 from rbs.scheduler.events import Event
 from rbs.scheduler.instructions import (
     Accepted,
     Instruction,
+    JobChange,
     JobRecord,
     NodeRecord,
     PoolRecord,
@@ -294,6 +295,9 @@ def _job_row(r: JobRecord, now: float) -> tuple[Any, ...]:
         now,
     )
 
+        "user": r.user,
+        "parent": r.parent,
+        "changes": [[c.action, c.by, c.at] for c in r.changes],
 
 def _job_record(
     job_id: int,
@@ -351,6 +355,10 @@ def _task_row(r: TaskRecord) -> tuple[Any, ...]:
         "confirmed_time": r.confirmed_time,
         "deadline": r.deadline,
         "end_time": r.end_time,
+        # Rows written before jobs had owners have none of these three.
+        user=b.get("user", UNKNOWN_USER),
+        parent=b.get("parent"),
+        changes=tuple(JobChange(action=a, by=u, at=t) for a, u, t in b.get("changes", ())),
         "ending": r.ending,
         "retries_used": r.retries_used,
         "exit_code": r.exit_code,

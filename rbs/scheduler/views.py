@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rbs.model import JobManifest, JobState
-from rbs.scheduler.instructions import TaskRecord
+from rbs.scheduler.instructions import JobChange, TaskRecord
 from rbs.scheduler.policy import PriorityBreakdown, breakdown
 from rbs.scheduler.state import Job, SchedState
 
@@ -47,6 +47,9 @@ class JobView:
     eligible_time: float | None
     start_time: float | None
     end_time: float | None
+    user: str  # who submitted it
+    parent: int | None  # the job whose run submitted it
+    changes: tuple[JobChange, ...]  # who cancelled it (or its tasks), oldest first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +130,9 @@ def job_view(st: SchedState, job: Job) -> JobView:
         eligible_time=job.eligible_time,
         start_time=job.start_time,
         end_time=job.end_time,
+        user=job.user,
+        parent=job.parent,
+        changes=job.changes,
     )
 
 

@@ -116,6 +116,20 @@ if TYPE_CHECKING:
         def start_time(self) -> float | None: ...
         @property
         def end_time(self) -> float | None: ...
+        @property
+        def user(self) -> str: ...
+        @property
+        def parent(self) -> int | None: ...
+        @property
+        def changes(self) -> Sequence[ChangeFacts]: ...
+
+    class ChangeFacts(Protocol):
+        @property
+        def action(self) -> str: ...
+        @property
+        def by(self) -> str: ...
+        @property
+        def at(self) -> float: ...
 
     class QueueFacts(Protocol):
         """What `queues_doc` reads: the scheduler's QueueView has all of it."""
@@ -197,6 +211,9 @@ def job_doc(v: JobFacts) -> dict[str, Any]:
         "eligible_time": v.eligible_time,
         "start_time": v.start_time,
         "end_time": v.end_time,
+        "user": v.user,
+        "parent": None if v.parent is None else str(v.parent),
+        "changes": [{"action": c.action, "by": c.by, "time": c.at} for c in v.changes],
     }
 
 

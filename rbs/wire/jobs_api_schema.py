@@ -119,6 +119,11 @@ _JOB = _obj(
         "eligible_time": _null(_NUM),
         "start_time": _null(_NUM),
         "end_time": _null(_NUM),
+        # Who submitted it ("unknown" for jobs from before owners were recorded), the
+        # job whose run submitted it, and who changed it (cancelled it or its tasks).
+        "user": _STR,
+        "parent": _null(_STR),
+        "changes": _list(_obj({"action": _STR, "by": _STR, "time": _NUM})),
     }
 )
 _QUEUE = _obj(
