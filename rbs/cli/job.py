@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+LIST_ROWS = 100  # `rbs job list` rows unless --limit or --all
+
 EPILOG = "With no --server and no RBS_REMOTE, a local cluster under $RBS_HOME is used."
 
 # argparse reads these as values, not flags, when no option looks like a number.
@@ -214,29 +216,78 @@ def show(server: str | None, token_file: str | None, ids: tuple[str, ...], as_js
 @_options(COMMON_FLAGS)
 @click.option("--state", metavar="STATES", help="Comma-separated states, e.g. PENDING,RUNNING.")
 @click.option("--queue", metavar="QUEUE", help="Only jobs in this queue.")
+@click.option("--user", metavar="USER", help="Only jobs this user submitted.")
+@click.option("--name", metavar="NAME", help="Only jobs of this name (a glob with * and ?).")
 @click.option("--history", is_flag=True, help="Include finished jobs.")
+@click.option(
+    "--sort",
+    type=click.Choice(["id", "submit", "state", "priority"]),
+    default="id",
+    show_default=True,
+    help="Order of the rows (priority: highest first).",
+)
+@click.option("--order", type=click.Choice(["asc", "desc"]), help="Ascending or descending.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    metavar="N",
+    help=f"Show at most N rows (default {LIST_ROWS}).",
+)
+@click.option("--all", "show_all", is_flag=True, help="Show every matching job, page by page.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def list_jobs(
     server: str | None,
     token_file: str | None,
     state: str | None,
     queue: str | None,
+    user: str | None,
+    name: str | None,
     history: bool,
+    sort: str,
+    order: str | None,
+    limit: int | None,
+    show_all: bool,
     as_json: bool,
 ) -> None:
-    """Active jobs (--history: finished ones too)."""
+    """Active jobs (--history: finished ones too), at most 100 rows unless --all."""
+    if show_all and limit is not None:
+        raise click.UsageError("--all and --limit: give one of them")
 
     def run() -> int:
-        states = [s.strip().upper() for s in (state or "").split(",") if s.strip()]
-        with client_for(server, token_file) as client:
-            jobs = client.list_jobs(states=states, queue=queue, history=history)
-        if as_json:
-            for info in jobs:
-                print(json.dumps(info.raw, sort_keys=True))
-            return 0
-        from rbs.cli.job_views import print_list
+        from rbs.cli.job_table import footer, print_lines, table_lines
 
-        print_list(jobs)
+        states = [s.strip().upper() for s in (state or "").split(",") if s.strip()]
+        shown = 0
+        total = 0
+        cursor = None
+        with client_for(server, token_file) as client:
+            for _ in range(1 << 30):  # bounded by the jobs: each page moves the cursor on
+                page, total, cursor = client.list_page(
+                    states=states,
+                    queue=queue,
+                    history=history,
+                    user=user,
+                    name=name,
+                    sort=sort,
+                    order=order,
+                    limit=1000 if show_all else (limit or LIST_ROWS),
+                    cursor=cursor,
+                )
+                shown += len(page)
+                if as_json:
+                    print_lines(json.dumps(info.raw, sort_keys=True) for info in page)
+                elif page:
+                    print_lines(table_lines(page))
+                if not show_all or cursor is None:
+                    break
+        note = footer(shown, total)
+        if as_json:
+            if note:
+                print(note, file=sys.stderr)
+        elif not shown:
+            print("no jobs")
+        elif note:
+            print(note)
         return 0
 
     _done("list", run)

@@ -1,4 +1,5 @@
-"""Tables for people: how `rbs job list/show/queues` print (rich, imported only here)."""
+"""Tables for people: how `rbs job show/queues` print (rich, imported only here; `list` is
+rbs.cli.job_table)."""
 
 from __future__ import annotations
 
@@ -34,49 +35,6 @@ def _state(info: Mapping[str, Any]) -> str:
     return f"[{_STATE_STYLE.get(state, '')}]{state}[/]"
 
 
-def print_list(jobs: Sequence[JobInfo]) -> None:
-    console = Console()
-    if not jobs:
-        console.print("no jobs")
-        return
-    t = Table(box=None, header_style="bold")
-    for col in (
-        "ID",
-        "NAME",
-        "QUEUE",
-        "STATE",
-        "REASON",
-        "PRIO",
-        "CPU",
-    row(
-        "User",
-        r.get("user", "unknown") + (f"  (child of job {r['parent']})" if r.get("parent") else ""),
-    )
-        "MEM",
-        "GPU",
-        "WORKER",
-        "SUBMITTED",
-    ):
-        t.add_column(col)
-    for j in jobs:
-        r = j.raw
-        res = r.get("resources", {})
-        t.add_row(
-            j.job_id,
-            j.name,
-            j.queue,
-            _state(r),
-            j.reason or "",
-            str(r.get("priority", {}).get("total", "")),
-            str(res.get("cpu", "")),
-            str(res.get("memory", "")),
-            str(res.get("gpus", "")),
-            ",".join(r.get("workers", [])),
-            _when(r.get("submit_time")),
-        )
-    console.print(t)
-
-
 def print_show(info: JobInfo) -> None:
     r = info.raw
     console = Console()
@@ -90,6 +48,10 @@ def print_show(info: JobInfo) -> None:
         t.add_row(label, f"{value}{src}")
 
     row("Job", f"{info.job_id} ({info.name})", "name")
+    row(
+        "User",
+        r.get("user", "unknown") + (f"  (child of job {r['parent']})" if r.get("parent") else ""),
+    )
     row("State", _state(r) + (f"  reason: {info.reason}" if info.reason else ""))
     m = r.get("manifest", {})
     row("Command", " ".join(m.get("command", [])), "command")
@@ -112,8 +74,6 @@ def print_show(info: JobInfo) -> None:
         row(
             "Dependencies",
             ", ".join(f"{d['dep']} ({d['state']})" for d in r["dependencies"]),
-    for c in r.get("changes", []):
-        row("Changed", f"{c['action']} by {c['by']} at {_when(c['time'])}")
             "dependencies",
         )
     if r.get("array"):
@@ -152,6 +112,8 @@ def print_show(info: JobInfo) -> None:
     row("Submitted", _when(r.get("submit_time")))
     row("Started", _when(r.get("start_time")))
     row("Ended", _when(r.get("end_time")))
+    for c in r.get("changes", []):
+        row("Changed", f"{c['action']} by {c['by']} at {_when(c['time'])}")
     console.print(t)
 
 

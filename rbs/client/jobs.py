@@ -223,8 +223,47 @@ class JobsClient:
     def list_jobs(
         self, *, states: Sequence[str] = (), queue: str | None = None, history: bool = False
     ) -> list[JobInfo]:
-        path = req.jobs_path(states, queue, history)
-        return jobs_api.job_infos(self._call("GET", path))
+        """Every job that matches, in id order (all pages)."""
+        out: list[JobInfo] = []
+        cursor = None
+        for _ in range(1 << 30):  # bounded by the jobs: each page moves the cursor on
+            page, _, cursor = self.list_page(
+                states=states, queue=queue, history=history, cursor=cursor
+            )
+            out += page
+            if cursor is None:
+                break
+        return out
+
+    def list_page(
+        self,
+        *,
+        states: Sequence[str] = (),
+        queue: str | None = None,
+        history: bool = False,
+        user: str | None = None,
+        name: str | None = None,
+        array: bool | None = None,
+        sort: str | None = None,
+        order: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> tuple[list[JobInfo], int, str | None]:
+        """One page of a listing: (its jobs, how many match in all, the next page's cursor
+        or None). The arguments are `rbs.wire.jobs_api_requests.jobs_path`'s."""
+        path = req.jobs_path(
+            states,
+            queue,
+            history,
+            user=user,
+            name=name,
+            array=array,
+            sort=sort,
+            order=order,
+            limit=limit,
+            cursor=cursor,
+        )
+        return jobs_api.job_page(self._call("GET", path))
 
     def queues(self) -> list[dict[str, Any]]:
         return jobs_api.queue_rows(self._call("GET", req.QUEUES_PATH))

@@ -38,6 +38,7 @@ from rbs.scheduler.instructions import (
     TaskRecord,
     WorkerRecord,
 )
+from rbs.scheduler.journal_query import LISTING_INDEXES, JournalQuery
 from rbs.wire.errors import StorageFull
 from rbs.wire.manifest import manifest_from_json, manifest_to_json
 
@@ -114,6 +115,7 @@ class Store:
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
+        self._db.executescript(LISTING_INDEXES)
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if row is None:
             self._db.execute(
@@ -235,6 +237,25 @@ class Store:
         """Every journaled submit request id and the job it made."""
         return dict(self._db.execute("SELECT id, job_id FROM requests"))
 
+    def request_job(self, request_id: str) -> int | None:
+        """The job a journaled submit request id made (None if none)."""
+        row = self._db.execute("SELECT job_id FROM requests WHERE id = ?", (request_id,))
+        found = row.fetchone()
+        return None if found is None else int(found[0])
+
+    def query(self) -> JournalQuery:
+        """Paged listing queries on this journal (rbs.scheduler.journal_query)."""
+        return JournalQuery(self._db)
+
+    def job_record(self, job_id: int) -> JobRecord | None:
+        """One job as journaled (None if unknown): how an ended job is shown."""
+        row = self._db.execute(
+            "SELECT id, manifest, provenance, submit_time, state, reason, body FROM jobs "
+            "WHERE id = ?",
+            (job_id,),
+        ).fetchone()
+        return None if row is None else _job_record(*row)
+
     def task_history(self, job_id: int, index: int | None = None) -> list[TaskRecord]:
         """Every recorded attempt of a task (all tasks of the job when index is None)."""
         sql = "SELECT job_id, idx, attempt, state, active, body FROM tasks WHERE job_id = ?"
@@ -274,6 +295,9 @@ def _job_row(r: JobRecord, now: float) -> tuple[Any, ...]:
         "signal": r.signal,
         "oom": r.oom,
         "peak_memory_bytes": r.peak_memory_bytes,
+        "user": r.user,
+        "parent": r.parent,
+        "changes": [[c.action, c.by, c.at] for c in r.changes],
         "pool": {
             "range_i": r.pool.range_i,
             "next_value": r.pool.next_value,
@@ -295,9 +319,6 @@ def _job_row(r: JobRecord, now: float) -> tuple[Any, ...]:
         now,
     )
 
-        "user": r.user,
-        "parent": r.parent,
-        "changes": [[c.action, c.by, c.at] for c in r.changes],
 
 def _job_record(
     job_id: int,
@@ -334,6 +355,10 @@ def _job_record(
         signal=b["signal"],
         oom=b["oom"],
         peak_memory_bytes=b["peak_memory_bytes"],
+        # Rows written before jobs had owners have none of these three.
+        user=b.get("user", UNKNOWN_USER),
+        parent=b.get("parent"),
+        changes=tuple(JobChange(action=a, by=u, at=t) for a, u, t in b.get("changes", ())),
     )
 
 
@@ -355,10 +380,6 @@ def _task_row(r: TaskRecord) -> tuple[Any, ...]:
         "confirmed_time": r.confirmed_time,
         "deadline": r.deadline,
         "end_time": r.end_time,
-        # Rows written before jobs had owners have none of these three.
-        user=b.get("user", UNKNOWN_USER),
-        parent=b.get("parent"),
-        changes=tuple(JobChange(action=a, by=u, at=t) for a, u, t in b.get("changes", ())),
         "ending": r.ending,
         "retries_used": r.retries_used,
         "exit_code": r.exit_code,

@@ -57,6 +57,7 @@ from rbs.scheduler.store import Store
 from rbs.scheduler.views import JobView
 from rbs.server.job_logs import JobLogs, LogIntake
 from rbs.server.job_outputs import JobOutputs
+from rbs.server.job_records import record_view
 from rbs.server.workers_service import WorkerHub
 from rbs.wire.errors import StorageFull
 from rbs.wire.workers_jobs import (
@@ -126,7 +127,6 @@ class JobDriver:
         self._held_finished: list[tuple[str, JobFinishedReport]] = []
         self._finished_waiting = False
         self._journal_error: str | None = None
-        self._requests: dict[str, int] = self.store.requests()
         self._request_of: dict[str, str] = {}  # Submit event id -> request id
         self._submitting: dict[str, asyncio.Future[Any]] = {}  # request id -> its answer
         self._heard: dict[str, float] = {}  # worker -> the hub's last_heartbeat relayed
@@ -242,10 +242,7 @@ class JobDriver:
         ):
             log.warning("the job journal is written again (%s before)", self._journal_error)
             self._journal_error = None
-        if self._request_of:
-            for ins in instructions:
-                if isinstance(ins, Accepted) and ins.event_id in self._request_of:
-                    self._requests[self._request_of[ins.event_id]] = ins.job_id
+        if self._request_of:  # journaled with their jobs (Store.request_job finds them)
             for e, _ in batch:
                 self._request_of.pop(e.event_id, None)
         futures = {e.event_id: f for e, f in batch if f is not None}
@@ -457,7 +454,7 @@ class JobDriver:
         """Submit a job; a `request_id` seen before answers the job it made (journaled
         with it, so also across a restart) instead of making a second one."""
         if request_id is not None:
-            known = self._requests.get(request_id)
+            known = self.store.request_job(request_id)
             if known is not None:
                 return known
             inflight = self._submitting.get(request_id)
@@ -481,10 +478,14 @@ class JobDriver:
         await self._call(Cancel(targets=tuple(targets)))
 
     def view(self, job_id: int) -> JobView:
+        """The core's view, or for a job it no longer holds, the journal's (job_records)."""
         try:
             return self.sched.job(job_id)
         except SchedulerError as e:
-            raise JobRequestError(str(e), "NOT_FOUND") from None
+            rec = self.store.job_record(job_id)
+            if rec is None:
+                raise JobRequestError(str(e), "NOT_FOUND") from None
+        return record_view(self.config, rec, self.state_of, self._clock())
 
     def states(self) -> list[tuple[int, JobState]]:
         """Every job's id and current state, in id order."""

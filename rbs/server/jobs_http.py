@@ -4,7 +4,8 @@ Routes (all JSON unless noted; errors are {"error": {"code", "message"}}):
 
     POST /v1/jobs                       {"command", "flags", "input_root"} -> {"job_id"}
                                         or {"manifest", "provenance"}      -> {"job_id"}
-    GET  /v1/jobs?state=&queue=&history=1                          -> {"jobs": [...]}
+    GET  /v1/jobs?state=&queue=&history=1&user=&name=&array=&sort=&order=&limit=&cursor=
+                                        one page -> {"jobs": [...], "total", "next_cursor"}
     GET  /v1/jobs/{id}                                             -> job
     GET  /v1/jobs/{id}/wait?timeout=S   long poll until the job ends -> job
     GET  /v1/jobs/{id}/logs?after=&tail=&follow=1   NDJSON lines, then {"end": true}
@@ -36,8 +37,8 @@ from aiohttp import web
 
 from rbs.cas.store import BlobStore
 from rbs.scheduler.events import TaskRef
-from rbs.scheduler.views import JobView
 from rbs.server.job_driver import JobDriver, JobRequestError
+from rbs.server.job_listing import JobListing
 from rbs.wire import jobs_api
 from rbs.wire import jobs_api_requests as req
 from rbs.wire.errors import (
@@ -69,6 +70,7 @@ class JobsApi:
         self.driver = driver
         self.store = store
         self.token = token
+        self.listing = JobListing(driver)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._middleware])
@@ -140,18 +142,9 @@ class JobsApi:
         return web.json_response(jobs_api.submitted_doc(job_id))
 
     async def list_jobs(self, request: web.Request) -> web.Response:
-        states, queue, history = req.list_query(request.query)
-        out: list[JobView] = []
-        for jid, state in self.driver.states():
-            if states and state.value not in states:
-                continue
-            if not states and not history and state.terminal:
-                continue
-            v = self.driver.view(jid)
-            if queue and v.queue != queue:
-                continue
-            out.append(v)
-        return web.json_response(jobs_api.jobs_doc(out))
+        # One page from the journal's indexes (rbs.server.job_listing), never every job.
+        params = req.list_params(request.query)
+        return web.json_response(self.listing.page(params, time.time()))
 
     async def show(self, request: web.Request) -> web.Response:
         ref = _task(request.match_info["id"])

@@ -111,8 +111,23 @@ def wait_path(job_id: str, timeout: float) -> str:
     return f"{job_path(job_id)}/wait?timeout={timeout:.3f}"
 
 
-def jobs_path(states: Sequence[str] = (), queue: str | None = None, history: bool = False) -> str:
-    """`GET /v1/jobs`: live jobs, or those in `states` (names, any case), of one queue."""
+def jobs_path(
+    states: Sequence[str] = (),
+    queue: str | None = None,
+    history: bool = False,
+    *,
+    user: str | None = None,
+    name: str | None = None,
+    array: bool | None = None,
+    sort: str | None = None,
+    order: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> str:
+    """`GET /v1/jobs`: one page of the live jobs, or those in `states` (names, any case),
+    filtered by queue, user, name (a glob with `*`) and whether they are arrays, in
+    `sort` order (`id`, `submit`, `state`, `priority`; `order` asc or desc), `limit` rows
+    from `cursor` (the previous page's `next_cursor`). See `list_params`."""
     q: dict[str, str] = {}
     if states:
         q["state"] = ",".join(states)
@@ -120,6 +135,15 @@ def jobs_path(states: Sequence[str] = (), queue: str | None = None, history: boo
         q["queue"] = queue
     if history:
         q["history"] = "1"
+    for key, value in (("user", user), ("name", name), ("sort", sort), ("order", order)):
+        if value:
+            q[key] = value
+    if array is not None:
+        q["array"] = "1" if array else "0"
+    if limit is not None:
+        q["limit"] = str(limit)
+    if cursor:
+        q["cursor"] = cursor
     return JOBS_PATH + ("?" + _query(q) if q else "")
 
 
@@ -240,6 +264,93 @@ def list_query(query: Mapping[str, str]) -> tuple[frozenset[str], str | None, bo
         if s not in JobState.__members__:
             raise _invalid(f"--state {s}: unknown state; states: {', '.join(JobState.__members__)}")
     return frozenset(named), query.get("queue") or None, _flag(query, "history")
+
+
+LIST_LIMIT = 100  # rows per page when a listing names no limit
+LIST_MAX = 1000  # the most rows one page holds
+LIST_SORTS = ("id", "submit", "state", "priority")
+_CURSOR_MAX = 512
+
+
+class ListParams:
+    """`GET /v1/jobs`'s query, read: the filter, the sort and the page asked for.
+
+    `states` are state names (empty: the active ones, or every one with `history`);
+    `descending` is None when the query named no order (each sort has its default)."""
+
+    __slots__ = (
+        "array",
+        "cursor",
+        "descending",
+        "history",
+        "limit",
+        "name",
+        "queue",
+        "sort",
+        "states",
+        "user",
+    )
+
+    def __init__(
+        self,
+        *,
+        states: frozenset[str],
+        history: bool,
+        queue: str | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        array: bool | None = None,
+        sort: str = "id",
+        descending: bool | None = None,
+        limit: int = LIST_LIMIT,
+        cursor: str | None = None,
+    ) -> None:
+        self.states = states
+        self.history = history
+        self.queue = queue
+        self.user = user
+        self.name = name
+        self.array = array
+        self.sort = sort
+        self.descending = descending
+        self.limit = limit
+        self.cursor = cursor
+
+
+def list_params(query: Mapping[str, str]) -> ListParams:
+    """`GET /v1/jobs`'s whole query (`list_query`'s filters, plus user, name, array, sort,
+    order, limit and cursor); a bad value is an InvalidRequest naming it."""
+    states, queue, history = list_query(query)
+    sort = query.get("sort") or "id"
+    if sort not in LIST_SORTS:
+        raise _invalid(f"sort={sort!r}: want one of {', '.join(LIST_SORTS)}")
+    order = query.get("order") or None
+    if order not in (None, "asc", "desc"):
+        raise _invalid(f"order={order!r}: want asc or desc")
+    limit = _whole(query, "limit", LIST_LIMIT)
+    if not 1 <= limit <= LIST_MAX:
+        raise _invalid(f"limit={limit}: want 1 to {LIST_MAX} rows per page")
+    cursor = query.get("cursor") or None
+    if cursor is not None and len(cursor) > _CURSOR_MAX:
+        raise _invalid("cursor: not a cursor this server made (too long)")
+    array_text = query.get("array")
+    array = None
+    if array_text is not None:
+        if array_text not in ("1", "true", "0", "false"):
+            raise _invalid(f"array={array_text!r}: want 1 (only arrays) or 0 (no arrays)")
+        array = array_text in ("1", "true")
+    return ListParams(
+        states=states,
+        history=history,
+        queue=queue,
+        user=query.get("user") or None,
+        name=query.get("name") or None,
+        array=array,
+        sort=sort,
+        descending=None if order is None else order == "desc",
+        limit=limit,
+        cursor=cursor,
+    )
 
 
 def logs_query(query: Mapping[str, str]) -> tuple[int, int | None, bool]:

@@ -163,7 +163,10 @@ _WORKER = _obj(
 
 SUBMITTED_SCHEMA = _document("POST /v1/jobs", _obj({"job_id": _STR}))
 JOB_SCHEMA = _document("GET /v1/jobs/{id}, GET /v1/jobs/{id}/wait", _JOB)
-JOBS_SCHEMA = _document("GET /v1/jobs", _obj({"jobs": _list(_JOB)}))
+JOBS_SCHEMA = _document(
+    "GET /v1/jobs: one page of jobs, how many match, and the cursor of the next page",
+    _obj({"jobs": _list(_JOB), "total": _INT, "next_cursor": _null(_STR)}),
+)
 LOG_LINE_SCHEMA = _document(
     "GET /v1/jobs/{id}/logs: one NDJSON line per log line",
     _obj(
@@ -288,7 +291,21 @@ CAS_BATCH_HEAD_SCHEMA = _document(
 _SWITCH: dict[str, Any] = {"type": "string", "enum": ["1", "true"]}
 LIST_QUERY_SCHEMA = _document(
     "GET /v1/jobs: the query (state is a comma-separated list of state names)",
-    _obj({"state": _STR, "queue": _STR, "history": _SWITCH}, optional=True),
+    _obj(
+        {
+            "state": _STR,
+            "queue": _STR,
+            "history": _SWITCH,
+            "user": _STR,
+            "name": _STR,
+            "array": {"type": "string", "enum": ["1", "true", "0", "false"]},
+            "sort": {"type": "string", "enum": ["id", "submit", "state", "priority"]},
+            "order": {"type": "string", "enum": ["asc", "desc"]},
+            "limit": _STR,
+            "cursor": _STR,
+        },
+        optional=True,
+    ),
 )
 LOGS_QUERY_SCHEMA = _document(
     "GET /v1/jobs/{id}/logs: the query (after and tail are whole numbers)",
