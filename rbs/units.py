@@ -27,6 +27,7 @@ of its flag, attribute or config key, and the message says what is accepted.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 
 
@@ -85,6 +86,8 @@ def parse_size(value: str | int, flag: str = "size", *, minimum: int = 0) -> int
         raise SpecError(flag, value, "not a size", SIZE_FORMS)
     if isinstance(value, int):
         amount = Decimal(value)
+    elif not isinstance(value, str):
+        raise SpecError(flag, value, f"has type {type(value).__name__}, not a size", SIZE_FORMS)
     else:
         m = _SIZE.fullmatch(value.strip())
         if m is None:
@@ -180,6 +183,10 @@ def parse_duration(value: str | int, flag: str = "--time", *, minimum: int = 1) 
         raise SpecError(flag, value, "not a duration", DURATION_FORMS)
     if isinstance(value, int):
         seconds = value
+    elif not isinstance(value, str):
+        raise SpecError(
+            flag, value, f"has type {type(value).__name__}, not a duration", DURATION_FORMS
+        )
     else:
         text = value.strip().lower()
         if text.isdigit():
@@ -226,3 +233,67 @@ def human_duration(seconds: float) -> str:
         if seconds >= span:
             return f"{seconds / span:.1f}{unit}"
     return f"{seconds:.0f}s"
+
+
+# ---------------------------------------------------------------- the ranges every job value keeps
+#
+# One table of what rbs accepts in a job, wherever the value comes from: `rbs job submit`
+# flags, a manifest posted to the jobs API, a job target's attributes. A value outside
+# its range is refused at submit (the flag, the field or the attribute, the value and
+# the range), never carried to a worker to fail there. README "Limits" shows the same
+# table; tests/unit/test_units.py holds the two together.
+
+
+class Limit:
+    """The accepted range of one job value, `low` to `high` inclusive, in its unit."""
+
+    __slots__ = ("high", "low", "show", "unit", "what")
+
+    def __init__(
+        self, what: str, low: int, high: int, show: Callable[[int], str] = str, unit: str = ""
+    ) -> None:
+        self.what = what
+        self.low = low
+        self.high = high
+        self.show = show
+        self.unit = unit
+
+    @property
+    def accepted(self) -> str:
+        return f"{self.what} from {self.show(self.low)} to {self.show(self.high)}{self.unit}"
+
+    def check(self, value: int, flag: str) -> int:
+        """`value` if it is in range, else a SpecError naming `flag`, the value and the range."""
+        if not self.low <= value <= self.high:
+            side = "above the largest" if value > self.high else "below the smallest"
+            shown = (self.show(value) if value >= 0 else str(value)) + self.unit
+            raise SpecError(flag, shown, f"{side} value accepted", self.accepted)
+        return value
+
+
+# field (as rbs.wire.manifest names it) -> its range.
+LIMITS: dict[str, Limit] = {
+    "priority": Limit("a whole number", -1_000_000, 1_000_000),
+    "max_retries": Limit("a whole number", 0, 1_000),
+    "time_limit": Limit("a duration", 1, 366 * 86400, format_duration),
+    "nodes": Limit("a number of nodes", 1, 10_000),
+    "resources.cpu": Limit("a cpu quantity", 1, 4096 * 1000, format_cpu),
+    "resources.memory": Limit("a size", 1, 64 * SIZE_UNITS["Ti"], format_size),
+    "resources.gpus": Limit("a number of GPUs", 0, 256),
+    "array.size": Limit("a number of tasks", 1, 1_000_000, unit=" tasks"),
+    "array.index": Limit("an index", 0, 999_999_999),
+    "dependencies": Limit("a number of dependencies", 0, 1_000, unit=" dependencies"),
+    "env.size": Limit("a size (KEY=VALUE plus 1, summed)", 0, 64 * 1024, unit=" bytes"),
+    "env.count": Limit("a number of variables", 0, 4_096, unit=" variables"),
+    "command.args": Limit("a number of arguments", 1, 65_536, unit=" arguments"),
+    "command.size": Limit("a size (each argument plus 1)", 1, 1 << 20, unit=" bytes"),
+    "outputs": Limit("a number of paths", 0, 1_000, unit=" paths"),
+    "name": Limit("a length", 1, 256, unit=" characters"),
+    "queue": Limit("a length", 1, 64, unit=" characters"),
+    "path": Limit("a length", 1, 4_096, unit=" characters"),
+}
+
+
+def check_limit(field: str, value: int, flag: str) -> int:
+    """`value` if `LIMITS[field]` accepts it; else a SpecError naming `flag` and the range."""
+    return LIMITS[field].check(value, flag)

@@ -51,6 +51,16 @@ TARGET_FIELDS = (
 )
 
 
+# Manifest fields -> the job rules' attribute names, for errors.
+_ATTRS = {
+    "command": "args",
+    "queue": "partition",
+    "resources.cpu": "cpu",
+    "resources.memory": "memory",
+    "resources.gpus": "gpus",
+}
+
+
 def _bad(attr: str, value: object, problem: str, fix: str) -> ValueError:
     return ValueError(f"attribute {attr!r} = {value!r}: {problem}; {fix}")
 
@@ -96,6 +106,7 @@ def job_spec(
     from rbs.units import SpecError
     from rbs.wire import specs
     from rbs.wire.manifest import manifest_to_dict
+    from rbs.wire.manifest_limits import check_manifest
 
     def parse(attr: str, fn: Any, value: Any, example: str) -> Any:
         try:
@@ -182,6 +193,11 @@ def job_spec(
         # Reserved variable names and the like: JobManifest's message names the value.
         attr = "env" if "env" in str(e) else "attributes"
         raise ValueError(f"attribute {attr!r}: {e}") from None
+    try:
+        # The ranges and characters every job keeps (rbs.units.LIMITS), as for flags.
+        check_manifest(m, lambda field: f"attribute {_ATTRS.get(field, field)!r}")
+    except SpecError as e:
+        raise ValueError(f"{e}; fix the attribute") from None
     spec = manifest_to_dict(m)
     for key in ("name", "command", "input_root"):
         del spec[key]

@@ -208,6 +208,9 @@ def submit_request(body: Any) -> tuple[JobManifest, dict[str, str]]:
         prov = body.get("provenance") or {}
         if not isinstance(prov, dict):
             raise _invalid("provenance must be an object of field -> source")
+        from rbs.wire.manifest_limits import check_provenance
+
+        prov = check_provenance(prov)
     else:
         command, flags, root = body.get("command"), body.get("flags"), body.get("input_root")
         if not isinstance(command, list) or not all(isinstance(c, str) for c in command):

@@ -18,6 +18,7 @@ from rbs.model import (
 )
 from rbs.units import SpecError
 from rbs.wire import specs
+from rbs.wire.manifest_limits import check_manifest
 
 # Provenance keys: the manifest's field names, with resources split per quantity.
 PROVENANCE_FIELDS = (
@@ -152,11 +153,12 @@ def manifest_from_dict(data: Any) -> JobManifest:
     if "name" not in kw:
         kw["name"] = os.path.basename(kw["command"][0]) or kw["command"][0]
     try:
-        return JobManifest(**kw)
+        manifest = JobManifest(**kw)
     except (ValueError, TypeError) as e:
         raise SpecError(
             "manifest", data.get("name", "?"), str(e), "see docs/design/scheduler.md"
         ) from None
+    return check_manifest(manifest, lambda field: f"manifest {field}")
 
 
 def _typed(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -271,6 +273,7 @@ def apply_flags(
     for flag, value in flags.items():
         if value is None or value == () or value == []:
             continue
+        _check_flag_type(flag, value)
         if flag in handlers:
             field, parse = handlers[flag]
             take(flag, field, parse(value))
@@ -329,7 +332,47 @@ def apply_flags(
         raise SpecError(
             flag.removeprefix("flag "), "", str(e), "see `rbs job submit --help`"
         ) from None
-    return manifest, prov
+    return check_manifest(manifest, lambda field: _label(prov, field)), prov
+
+
+def _label(prov: Mapping[str, str], field: str) -> str:
+    """How an error names a field: the flag that set it, else the field and its source."""
+    source = prov.get(field, DEFAULT_SOURCE)
+    if source == "flag --":
+        return "the command after --"
+    if source.startswith("flag "):
+        return source.removeprefix("flag ")
+    return field if source == DEFAULT_SOURCE else f"{field} (from {source})"
+
+
+# What a flag's value may be in a JSON body: text as typed, or the Python API's values.
+_TEXT: tuple[type, ...] = (str,)
+_FLAG_TYPES: dict[str, tuple[type, ...]] = {
+    "--priority": (str, int),
+    "--nodes": (str, int),
+    "--max-retries": (str, int),
+    "--gpus": (str, int),
+    "--min-nodes": (str, int),
+    "--max-nodes": (str, int),
+    "--time": (str, int),
+    "--cpus": (str, int, float),
+    "--memory-gb": (str, int, float),
+    "--memory": (str, int),
+    "--no-requeue": (bool,),
+    "--env": (str, list, tuple),
+    "--outputs": (str, list, tuple),
+}
+
+
+def _check_flag_type(flag: str, value: Any) -> None:
+    kinds = _FLAG_TYPES.get(flag, _TEXT)
+    ok = isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
+    if ok and isinstance(value, list | tuple):
+        ok = all(isinstance(v, str) for v in value)
+    if not ok:
+        names = {str: "text", int: "a whole number", float: "a number", bool: "true/false"}
+        forms = ", ".join(dict.fromkeys(names.get(k, "a list of text") for k in kinds))
+        raise SpecError(flag, value, f"has type {type(value).__name__}", forms)
 
 
 def _nonempty(value: Any, flag: str) -> str:

@@ -88,6 +88,10 @@ def parse_count(value: str | int, flag: str, minimum: int = 0) -> int:
     """A whole number at least `minimum` (GPUs, nodes, retries, priority)."""
     if isinstance(value, bool):
         raise SpecError(flag, value, "not a whole number", f"a whole number >= {minimum}")
+    if not isinstance(value, int | str):
+        raise SpecError(
+            flag, value, f"has type {type(value).__name__}", f"a whole number >= {minimum}"
+        )
     try:
         n = value if isinstance(value, int) else int(value.strip(), 10)
     except ValueError:

@@ -149,6 +149,13 @@ BAD = [
     ('env = {"RBS_ATTEMPT": "9"}', "'env'", "set by the scheduler"),
     ('env = {"RANK": "0"}', "'env'", "set by the scheduler"),
     ('env = {"1BAD": "x"}', "'env'", "variable name"),
+    # The ranges and characters of rbs.units.LIMITS, as for flags and manifests.
+    ("max_retries = 100000", "'max_retries'", "from 0 to 1000"),
+    ('time_limit = "99999d"', "'time_limit'", "from 1s to 366d"),
+    ("gpus = 1000", "'gpus'", "from 0 to 256"),
+    ('memory = "1Ei"', "'memory'", "to 64Ti"),
+    ('env = {"A": "a\\x00b"}', "'env'", "NUL"),
+    ('args = ["a\\x1bb"]', "'args'", "U+001B"),
 ]
 
 
