@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rbs.build.engine import Backend, BackendOutcome, OutputRef, out_path
 from rbs.build.graph import BIN_DIR, ActionSpec
@@ -14,19 +16,32 @@ from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry
 from rbs.model import Digest
 
+if TYPE_CHECKING:
+    from rbs.cas.bridge import DigestBridge
+
 _STDERR_LIMIT = 8000
 
 
 class StoreBackend(Backend):
-    """Turns specs into REAPI actions in `store`, asks `cache`, runs misses on `runner`."""
+    """Turns specs into REAPI actions in `store`, asks `cache`, runs misses on `runner`.
+
+    With a `bridge`, actions are built in the server's digest function (the bridge's
+    `remote`) and their outputs come back to the engine in the build's own (BLAKE3)."""
 
     def __init__(
-        self, root: Path, store: BlobStore, cache: ActionResultCache, runner: ActionRunner
+        self,
+        root: Path,
+        store: BlobStore,
+        cache: ActionResultCache,
+        runner: ActionRunner,
+        *,
+        bridge: DigestBridge | None = None,
     ) -> None:
         self.root = root
         self.store = store
         self.cache = cache
         self.runner = runner
+        self.bridge = bridge
 
     def close(self) -> None:
         self.runner.close()
@@ -81,7 +96,15 @@ class StoreBackend(Backend):
         for dest, src in spec.links:
             d, x = inputs[src]
             entries[dest] = TreeEntry(digest=d, executable=x)
-        prepared = prepare(self.store, spec, entries)
+        function = FUNCTION
+        if self.bridge is not None:
+            function = self.bridge.remote
+            twins = self.bridge.to_remote(e.digest for e in entries.values() if e.digest)
+            entries = {
+                p: dataclasses.replace(e, digest=twins[e.digest]) if e.digest else e
+                for p, e in entries.items()
+            }
+        prepared = prepare(self.store, spec, entries, function=function)
         res = self.cache.get(prepared)
         cached = res is not None
         if res is None:
@@ -107,8 +130,13 @@ class StoreBackend(Backend):
         if not cached:
             self.cache.put(prepared, res)
         marked = set(spec.executable_outputs)
+        bridge = self.bridge
         outs = tuple(
-            OutputRef(path=o.path, digest=o.digest, executable=o.executable or o.path in marked)
+            OutputRef(
+                path=o.path,
+                digest=bridge.to_local(o.digest) if bridge else o.digest,
+                executable=o.executable or o.path in marked,
+            )
             for o in res.outputs
         )
         return BackendOutcome(outputs=outs, cached=cached, log=log)

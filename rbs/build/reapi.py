@@ -60,8 +60,15 @@ def _rel(path: str, workdir: str) -> str:
     return path[len(workdir) + 1 :] if workdir and path.startswith(workdir + "/") else path
 
 
-def prepare(store: BlobStore, spec: ActionSpec, inputs: Mapping[str, TreeEntry]) -> PreparedAction:
-    """Store Command, input root and Action for a "run" action; return the Action digest."""
+def prepare(
+    store: BlobStore,
+    spec: ActionSpec,
+    inputs: Mapping[str, TreeEntry],
+    *,
+    function: DigestFunction = FUNCTION,
+) -> PreparedAction:
+    """Store Command, input root and Action for a "run" action; return the Action digest.
+    `function` is the server's digest function (the inputs' digests must use it too)."""
     cmd = re_pb2.Command(
         arguments=list(spec.argv),
         output_files=sorted(_rel(p, spec.working_directory) for p in spec.outputs),
@@ -79,8 +86,8 @@ def prepare(store: BlobStore, spec: ActionSpec, inputs: Mapping[str, TreeEntry])
     if spec.working_directory and spec.working_directory not in entries:
         entries[spec.working_directory] = None
     minimal = _minimal(entries)
-    root = build_tree(store, minimal, function=FUNCTION)
-    cmd_digest = store.put_message(cmd, FUNCTION)
+    root = build_tree(store, minimal, function=function)
+    cmd_digest = store.put_message(cmd, function)
     action = re_pb2.Action(
         command_digest=digest_to_pb(cmd_digest),
         input_root_digest=digest_to_pb(root),
@@ -89,7 +96,7 @@ def prepare(store: BlobStore, spec: ActionSpec, inputs: Mapping[str, TreeEntry])
     if spec.timeout_s:
         action.timeout.seconds = spec.timeout_s
     return PreparedAction(
-        digest=store.put_message(action, FUNCTION),
+        digest=store.put_message(action, function),
         action=action,
         command=cmd,
         input_root=root,

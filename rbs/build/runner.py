@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rbs.build.execroot import ExecRoot
 from rbs.build.protos import re_pb2
-from rbs.build.reapi import FUNCTION, ExecResult, OutputFile, PreparedAction, from_result, to_result
+from rbs.build.reapi import ExecResult, OutputFile, PreparedAction, from_result, to_result
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry, materialize
 from rbs.model import Digest
@@ -223,7 +223,8 @@ class LocalRunner(ActionRunner):
                 missing.append(full)
                 continue
             executable = os.access(p, os.X_OK)
-            digest = self.store.put_file(p, function=FUNCTION)
+            # In the action's function: under --remote-cache-only that is the server's.
+            digest = self.store.put_file(p, function=action.digest.function)
             outputs.append(OutputFile(path=full, digest=digest, executable=executable))
         return ExecResult(
             exit_code=code, outputs=tuple(outputs), stdout=out, stderr=err, missing=tuple(missing)

@@ -5,6 +5,10 @@ a local copy (verified on the way in) and serves that. Writes go to the local st
 and then through to the remote one, so a blob written here is visible to every other
 client once the put returns. `find_missing` asks the remote store only about what
 the local store lacks, which saves a round trip per present blob.
+
+`remote_functions` limits the remote level to blobs of those digest functions: a
+build that keeps BLAKE3 locally in front of a SHA256-only server stores its BLAKE3
+blobs locally only (rbs.cas.bridge gives them SHA256 twins that do go through).
 """
 
 from __future__ import annotations
@@ -69,16 +73,32 @@ class _TwoLevelBatch(Batch):
 class TwoLevelStore(BlobStore):
     """`local` (fast, bounded, e.g. a DiskStore) caching `remote` (authoritative)."""
 
-    def __init__(self, local: BlobStore, remote: BlobStore) -> None:
+    def __init__(
+        self,
+        local: BlobStore,
+        remote: BlobStore,
+        *,
+        remote_functions: Iterable[DigestFunction] | None = None,
+    ) -> None:
         self.local = local
         self.remote = remote
+        self.remote_functions = frozenset(remote_functions) if remote_functions else None
+
+    def _remote_ok(self, digest: Digest) -> bool:
+        return self.remote_functions is None or digest.function in self.remote_functions
 
     def contains(self, digest: Digest) -> bool:
-        return self.local.contains(digest) or self.remote.contains(digest)
+        return self.local.contains(digest) or (
+            self._remote_ok(digest) and self.remote.contains(digest)
+        )
 
     def find_missing(self, digests: Iterable[Digest]) -> list[Digest]:
         not_local = self.local.find_missing(digests)
-        return self.remote.find_missing(not_local) if not_local else []
+        if not not_local:
+            return []
+        ask = [d for d in not_local if self._remote_ok(d)]
+        absent = set(self.remote.find_missing(ask)) if ask else set()
+        return [d for d in not_local if d in absent or not self._remote_ok(d)]
 
     def writer(self, expected: Digest) -> BlobWriter:
         return _WriteThrough(self, expected)
@@ -94,7 +114,7 @@ class TwoLevelStore(BlobStore):
         expected: Digest | None = None,
     ) -> Digest:
         d = self.local.put(data, function=function, expected=expected)
-        if self.remote.find_missing([d]):
+        if self._remote_ok(d) and self.remote.find_missing([d]):
             self.remote.put(data, expected=d)
         return d
 
@@ -111,7 +131,7 @@ class TwoLevelStore(BlobStore):
 
     def push(self, digests: Iterable[Digest]) -> None:
         """Upload to the remote store whichever of `digests` it lacks, from local copies."""
-        for d in self.remote.find_missing(digests):
+        for d in self.remote.find_missing([d for d in digests if self._remote_ok(d)]):
             with self.local.open(d) as src, self.remote.writer(d) as w:
                 while chunk := src.read(CHUNK):
                     w.write(chunk)
@@ -121,6 +141,8 @@ class TwoLevelStore(BlobStore):
         """Make sure the local store holds `digest`, copying it from the remote store."""
         if self.local.contains(digest):
             return
+        if not self._remote_ok(digest):
+            raise BlobNotFound(digest)
         with self.remote.open(digest) as src, self.local.writer(digest) as w:
             while chunk := src.read(CHUNK):
                 w.write(chunk)

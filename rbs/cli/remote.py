@@ -84,7 +84,14 @@ async def _serve(config: object, ready_file: Path | None) -> None:
     "--instance-name",
     "instance_names",
     multiple=True,
-    help='Accepted REAPI instance name (repeatable) [default: "" only].',
+    help='Accepted REAPI instance name besides the default "" (repeatable).',
+)
+@click.option(
+    "--digest-function",
+    "digest_functions",
+    type=click.Choice(["sha256", "blake3"]),
+    multiple=True,
+    help="Digest function to offer and accept (repeatable) [default: sha256 and blake3].",
 )
 @click.option(
     "--ready-file",
@@ -105,11 +112,17 @@ def serve(
     token_file: Path | None,
     max_cas_size: str | None,
     instance_names: tuple[str, ...],
+    digest_functions: tuple[str, ...],
     ready_file: Path | None,
     log_level: str,
 ) -> None:
     """Serve REAPI v2 (cache; execution where enabled) until SIGTERM or Ctrl-C."""
-    from rbs.server.config import ConfigError, load_config, with_overrides
+    from rbs.server.config import (
+        ConfigError,
+        load_config,
+        parse_digest_functions,
+        with_overrides,
+    )
     from rbs.units import SpecError, parse_size
     from rbs.wire.auth import TokenError
 
@@ -124,6 +137,9 @@ def serve(
             data_dir=data_dir,
             token_file=token_file,
             instance_names=instance_names or None,
+            digest_functions=parse_digest_functions(digest_functions, "--digest-function")
+            if digest_functions
+            else None,
             max_size=parse_size(max_cas_size, "--max-cas-size") if max_cas_size else None,
         )
         asyncio.run(_serve(config, ready_file))

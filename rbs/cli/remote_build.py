@@ -1,4 +1,5 @@
-"""`--remote HOST:PORT` / `--remote-cache-only` for rbs build, test and run (also $RBS_REMOTE).
+"""`--remote HOST:PORT` / `--remote-cache-only` for rbs build, test and run (also $RBS_REMOTE),
+with `--remote-instance-name` and `--digest-function`.
 
 The options store their values in the click context rather than in each command's
 arguments, so the build commands take them without changing their signatures;
@@ -22,6 +23,25 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 
 def remote_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--digest-function",
+        "digest_function",
+        type=click.Choice(["blake3", "sha256"]),
+        default=None,
+        expose_value=False,
+        callback=_store,
+        help="Hash actions for the --remote server with this function [default: blake3 "
+        "when the server offers it, else sha256].",
+    )(f)
+    f = click.option(
+        "--remote-instance-name",
+        "remote_instance_name",
+        metavar="NAME",
+        default="",
+        expose_value=False,
+        callback=_store,
+        help='The REAPI instance name to use on the --remote server [default: ""].',
+    )(f)
     f = click.option(
         "--remote-cache-only",
         "remote_cache_only",
@@ -50,17 +70,34 @@ def remote_backend_from_context() -> Any:
         return None
     target = ctx.meta.get(f"{_KEY}.remote")
     cache_only = bool(ctx.meta.get(f"{_KEY}.remote_cache_only"))
+    instance = ctx.meta.get(f"{_KEY}.remote_instance_name") or ""
+    function = ctx.meta.get(f"{_KEY}.digest_function")
     if not target:
-        if cache_only:
-            raise click.UsageError("--remote-cache-only needs --remote HOST:PORT (or RBS_REMOTE)")
+        for flag, value in (
+            ("--remote-cache-only", cache_only),
+            ("--remote-instance-name", instance),
+            ("--digest-function", function),
+        ):
+            if value:
+                raise click.UsageError(f"{flag} needs --remote HOST:PORT (or RBS_REMOTE)")
         return None
-    from rbs.client.remote_runner import remote_backend
+    from rbs.cas.errors import CasError
+    from rbs.client.remote_runner import negotiate, remote_backend
+    from rbs.model import DigestFunction
     from rbs.wire.reapi_client import parse_target
 
     try:
         parse_target(target)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--remote") from None
-    return remote_backend(
-        target, token=os.environ.get("RBS_REMOTE_TOKEN") or None, cache_only=cache_only
-    )
+    try:
+        setup = negotiate(
+            target,
+            token=os.environ.get("RBS_REMOTE_TOKEN") or None,
+            cache_only=cache_only,
+            instance=instance,
+            function=DigestFunction(function) if function else None,
+        )
+    except (CasError, ValueError) as e:
+        raise click.ClickException(f"--remote {target}: {e}") from None
+    return remote_backend(setup)

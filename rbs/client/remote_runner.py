@@ -12,12 +12,19 @@ outputs are fetched only when the build needs them locally.
   (rbs.wire.execution_client, which also decodes the answer: no protobuf here).
 - Cache only: actions run locally as usual; results are looked up in and written to
   the server's action cache, outputs uploaded first.
+
+Before anything else the client reads the server's Capabilities (`negotiate`): the
+digest function (BLAKE3 when offered, else SHA256, or the one `--digest-function`
+forces), the batch size limit, zstd for ByteStream, for the instance name given. A
+server that does not hash with BLAKE3 gets its actions through a DigestBridge: the
+build's own state stays BLAKE3 (rbs.cas.bridge says why).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -27,7 +34,7 @@ from rbs.build.reapi import ExecResult, OutputFile, PreparedAction, to_result
 from rbs.build.runner import ActionResultCache, ActionRunner, LocalRunner
 from rbs.cas.store import BlobStore
 from rbs.cas.twolevel import TwoLevelStore
-from rbs.model import Digest
+from rbs.model import Digest, DigestFunction
 from rbs.wire.execution_client import (
     ExecuteOutcome,
     ExecutionClient,
@@ -35,7 +42,9 @@ from rbs.wire.execution_client import (
     RemoteExecutionFailed,
     read_action_result,
 )
+from rbs.wire.limits import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
 from rbs.wire.reapi_client import ActionCacheClient, RemoteStore, connect
+from rbs.wire.remote_caps import ServerOffer, choose_function, read_offer
 
 log = logging.getLogger(__name__)
 
@@ -145,26 +154,83 @@ def _to_exec_result(
     )
 
 
-def remote_backend(
-    target: str, *, token: str | None, cache_only: bool = False
-) -> Callable[[Path], StoreBackend]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteSetup:
+    """What a build agreed with the server before its first action."""
+
+    target: str
+    token: str | None
+    instance: str
+    function: DigestFunction
+    offer: ServerOffer
+    cache_only: bool
+
+    @property
+    def max_batch_size(self) -> int:
+        theirs = self.offer.max_batch_size
+        return min(theirs, DEFAULT_BATCH_SIZE) if theirs > 0 else DEFAULT_BATCH_SIZE
+
+
+def negotiate(
+    target: str,
+    *,
+    token: str | None,
+    cache_only: bool = False,
+    instance: str = "",
+    function: DigestFunction | None = None,
+) -> RemoteSetup:
+    """Read the server's Capabilities and choose what to use (RemoteError when it cannot
+    be reached, UnsupportedServer when it cannot serve this build)."""
+    channel = connect(target)
+    try:
+        offer = read_offer(channel, instance=instance, token=token)
+    finally:
+        channel.close()
+    chosen = choose_function(offer, forced=function, execution=not cache_only)
+    return RemoteSetup(
+        target=target,
+        token=token,
+        instance=instance,
+        function=chosen,
+        offer=offer,
+        cache_only=cache_only,
+    )
+
+
+def remote_backend(setup: RemoteSetup) -> Callable[[Path], StoreBackend]:
     """A backend factory for BuildOptions: the build's store over the server's CAS, and
     either remote execution or local execution with the server's action cache."""
+    from rbs.build.reapi import FUNCTION
+    from rbs.cas.bridge import DigestBridge
     from rbs.cas.disk import DiskStore
 
     def factory(root: Path) -> StoreBackend:
-        channel = connect(target)
-        remote = RemoteStore(channel, token=token)
+        channel = connect(setup.target, max_message_size=setup.max_batch_size + MESSAGE_HEADROOM)
+        token, instance = setup.token, setup.instance
+        remote = RemoteStore(
+            channel,
+            instance=instance,
+            token=token,
+            max_batch_size=setup.max_batch_size,
+            zstd=setup.offer.zstd,
+        )
         local = DiskStore(root / ".rbs" / "cas", durable=False)
-        store = TwoLevelStore(local, remote)
+        bridge = None
+        if setup.function is not FUNCTION:
+            store = TwoLevelStore(local, remote, remote_functions=[setup.function])
+            bridge = DigestBridge(store, local=FUNCTION, remote=setup.function)
+        else:
+            store = TwoLevelStore(local, remote)
         cache = RemoteActionCache(
-            ActionCacheClient(channel, token=token), store, writable=cache_only
+            ActionCacheClient(channel, instance=instance, token=token),
+            store,
+            writable=setup.cache_only and setup.offer.update_enabled,
         )
         runner: ActionRunner
-        if cache_only:
+        if setup.cache_only:
             runner = LocalRunner(store, root / ".rbs" / "sandbox")
         else:
-            runner = RemoteRunner(channel, store, token=token)
-        return StoreBackend(root, store, cache, runner)
+            runner = RemoteRunner(channel, store, token=token, instance=instance)
+        return StoreBackend(root, store, cache, runner, bridge=bridge)
 
     return factory

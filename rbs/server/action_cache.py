@@ -145,6 +145,7 @@ class ActionCacheServicer(re_grpc.ActionCacheServicer):  # type: ignore[misc]
     ) -> re_pb2.ActionResult:
         instance = self.instances.check(request.instance_name)
         fn = request_function(request.digest_function, request.action_digest)
+        self.instances.check_function(fn)
         action = digest_from_proto(request.action_digest, fn, "action_digest")
         found = self.cache.stored(instance, action)
         if _is_small(found):
@@ -168,6 +169,7 @@ class ActionCacheServicer(re_grpc.ActionCacheServicer):  # type: ignore[misc]
     ) -> re_pb2.ActionResult:
         instance = self.instances.check(request.instance_name)
         fn = request_function(request.digest_function, request.action_digest)
+        self.instances.check_function(fn)
         action = digest_from_proto(request.action_digest, fn, "action_digest")
         if not request.HasField("action_result"):
             raise InvalidRequest("UpdateActionResult without an action_result: set the field")

@@ -242,6 +242,7 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
     ) -> AsyncIterator[bs_pb2.ReadResponse]:
         rn = parse_resource_name(request.resource_name, write=False)
         self.instances.check(rn.instance)
+        self.instances.check_function(rn.digest.function)
         digest = rn.digest
         offset, limit = request.read_offset, request.read_limit
         if offset < 0 or offset > digest.size:
@@ -309,6 +310,7 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
         name = first.resource_name
         rn = parse_resource_name(name, write=True)
         self.instances.check(rn.instance)
+        self.instances.check_function(rn.digest.function)
         digest = rn.digest
         compressed = rn.compressor is Compressor.ZSTD
         if first.write_offset != 0:
@@ -404,6 +406,7 @@ class ByteStreamServicer(bs_grpc.ByteStreamServicer):  # type: ignore[misc]
     ) -> bs_pb2.QueryWriteStatusResponse:
         rn = parse_resource_name(request.resource_name, write=True)
         self.instances.check(rn.instance)
+        self.instances.check_function(rn.digest.function)
         if self.store.contains(rn.digest):
             return bs_pb2.QueryWriteStatusResponse(committed_size=rn.digest.size, complete=True)
         if request.resource_name in self._in_flight:

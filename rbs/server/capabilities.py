@@ -1,8 +1,9 @@
 """The REAPI Capabilities service: what this server offers, as Bazel and other clients check it.
 
 API versions 2.0 to 2.3. Digest functions SHA256 and BLAKE3 for the cache and for
-execution; the singular `execution_capabilities.digest_function` is SHA256 because
-older clients (Bazel 4) read only that field. ZSTD is offered for ByteStream and
+execution, or those `[server] digest_functions` lists; the singular
+`execution_capabilities.digest_function` is SHA256 (when offered) because older
+clients (Bazel 4) read only that field. ZSTD is offered for ByteStream and
 batch transfers. Execution is advertised only when an Execution service is
 registered on the same server.
 """
@@ -16,7 +17,8 @@ import grpc
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from rbs._proto.build.bazel.semver import semver_pb2
-from rbs.cas.digests import SUPPORTED_PB_FUNCTIONS
+from rbs.cas.digests import SUPPORTED_PB_FUNCTIONS, function_to_pb
+from rbs.model import DigestFunction
 from rbs.server.instances import Instances
 from rbs.wire.errors import rpc_errors
 
@@ -26,11 +28,17 @@ LOW_API = (2, 0)
 HIGH_API = (2, 3)
 
 
-def server_capabilities(*, max_batch_size: int, exec_enabled: bool) -> re_pb2.ServerCapabilities:
-    functions = list(SUPPORTED_PB_FUNCTIONS)
+def server_capabilities(
+    *,
+    max_batch_size: int,
+    exec_enabled: bool,
+    functions: tuple[DigestFunction, ...] | None = None,
+) -> re_pb2.ServerCapabilities:
+    offered = [function_to_pb(f) for f in functions] if functions else list(SUPPORTED_PB_FUNCTIONS)
+    single = _DF.SHA256 if _DF.SHA256 in offered else offered[0]
     return re_pb2.ServerCapabilities(
         cache_capabilities=re_pb2.CacheCapabilities(
-            digest_functions=functions,
+            digest_functions=offered,
             action_cache_update_capabilities=re_pb2.ActionCacheUpdateCapabilities(
                 update_enabled=True
             ),
@@ -40,8 +48,8 @@ def server_capabilities(*, max_batch_size: int, exec_enabled: bool) -> re_pb2.Se
             supported_batch_update_compressors=[_C.ZSTD],
         ),
         execution_capabilities=re_pb2.ExecutionCapabilities(
-            digest_function=_DF.SHA256,
-            digest_functions=functions,
+            digest_function=single,
+            digest_functions=offered,
             exec_enabled=exec_enabled,
         ),
         low_api_version=semver_pb2.SemVer(major=LOW_API[0], minor=LOW_API[1]),

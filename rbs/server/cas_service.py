@@ -93,6 +93,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         self.instances.check(request.instance_name)
         first = request.blob_digests[0] if request.blob_digests else None
         fn = request_function(request.digest_function, first)
+        self.instances.check_function(fn)
         digests = digests_from_proto(request.blob_digests, fn, "blob_digests")
         if len(digests) <= _INLINE_DIGESTS:
             missing = self.store.find_missing(digests)
@@ -158,6 +159,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         # Unset digest_function: inferred per item, so one malformed digest fails only
         # its own item.
         fn = function_from_proto(request.digest_function)
+        self.instances.check_function(fn)
         total = sum(r.digest.size_bytes for r in request.requests)
         if total > self.max_batch_size:
             raise InvalidRequest(
@@ -203,6 +205,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
     ) -> re_pb2.BatchReadBlobsResponse:
         self.instances.check(request.instance_name)
         fn = function_from_proto(request.digest_function)
+        self.instances.check_function(fn)
         total = sum(max(d.size_bytes, 0) for d in request.digests)
         if total > self.max_batch_size:
             raise InvalidRequest(
@@ -255,6 +258,7 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
     ) -> AsyncIterator[re_pb2.GetTreeResponse]:
         self.instances.check(request.instance_name)
         fn = request_function(request.digest_function, request.root_digest)
+        self.instances.check_function(fn)
         root = digest_from_proto(request.root_digest, fn, "root_digest")
         if request.page_size < 0:
             raise InvalidRequest(f"page_size {request.page_size} is negative")

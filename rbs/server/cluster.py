@@ -160,7 +160,7 @@ async def start_cluster(
     data_dir = config.server.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as stack:
-        instances = Instances(config.server.instance_names)
+        instances = Instances(config.server.instance_names, config.server.digest_functions)
         store = open_store(config)
         results = ActionResultStore(data_dir / "action_cache.db")
         stack.callback(results.close)

@@ -8,7 +8,8 @@ flags override the file:
     port = 8980                 # 0 picks a free port
     data_dir = "/var/lib/rbs"   # CAS, action cache and other state; default $RBS_HOME/server
     token_file = "/etc/rbs/token"
-    instance_names = [""]       # REAPI instance names accepted; "" is the default
+    instance_names = ["ci"]     # REAPI instance names accepted besides the default ""
+    digest_functions = ["sha256", "blake3"]  # what Capabilities offers and requests may use
 
     [cas]
     max_size = "50Gi"           # evict least recently used blobs above this (sizes: rbs.units)
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rbs.model import DigestFunction
 from rbs.scheduler.config import SchedulerConfig, load_scheduler_config
 from rbs.server.exec_config import ExecutionConfig, load_execution_config
 from rbs.units import SpecError, parse_size
@@ -67,6 +69,7 @@ class ServerConfig:
     data_dir: Path = field(default_factory=default_data_dir)
     token_file: Path | None = None
     instance_names: tuple[str, ...] = ("",)
+    digest_functions: tuple[DigestFunction, ...] = (DigestFunction.SHA256, DigestFunction.BLAKE3)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -75,6 +78,8 @@ class ServerConfig:
             raise ConfigError('instance_names is empty: list at least one, e.g. [""]')
         for name in self.instance_names:
             check_instance_name(name)
+        if not self.digest_functions:
+            raise ConfigError("digest_functions is empty: list sha256, blake3 or both")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +164,16 @@ def check_instance_name(name: str) -> str:
     return name
 
 
+def parse_digest_functions(value: Any, where: str) -> tuple[DigestFunction, ...]:
+    """`["sha256", "blake3"]` (either, or both) as DigestFunctions."""
+    names = {f.value: f for f in DigestFunction}
+    if not isinstance(value, list | tuple) or not all(v in names for v in value):
+        raise ConfigError(
+            f'{where} must list digest functions from "sha256", "blake3"; got {value!r}'
+        )
+    return tuple(dict.fromkeys(names[v] for v in value))
+
+
 def _convert(section: str, key: str, value: Any) -> Any:
     where = f"[{section}] {key}"
     if key in ("max_size", "max_batch_size"):
@@ -176,6 +191,8 @@ def _convert(section: str, key: str, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f'{where} must be a list of strings, e.g. ["", "ci"]')
         return tuple(value)
+    if key == "digest_functions":
+        return parse_digest_functions(value, where)
     if key in ("port", "lease"):
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{where} must be an integer, got {value!r}")

@@ -376,6 +376,7 @@ class ExecutionServicer(re_grpc.ExecutionServicer):  # type: ignore[misc]
         if not request.HasField("action_digest"):
             raise InvalidRequest("ExecuteRequest.action_digest is required")
         fn = request_function(request.digest_function, request.action_digest)
+        self._instances.check_function(fn)
         digest = digest_from_proto(request.action_digest, fn, "action_digest")
         op = await self._engine.execute(
             ExecuteArgs(

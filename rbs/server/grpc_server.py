@@ -59,7 +59,9 @@ def add_servicers(
 ) -> None:
     """Add one servicer per entry of SERVICES, each on the parts it needs."""
     batch = config.cas.max_batch_size
-    caps = server_capabilities(max_batch_size=batch, exec_enabled=EXECUTION in SERVICES)
+    caps = server_capabilities(
+        max_batch_size=batch, exec_enabled=EXECUTION in SERVICES, functions=instances.functions
+    )
     re_grpc.add_CapabilitiesServicer_to_server(CapabilitiesServicer(caps, instances), server)
     re_grpc.add_ContentAddressableStorageServicer_to_server(
         CasServicer(store, instances, batch), server

@@ -9,8 +9,9 @@
 Small blobs travel in BatchUpdateBlobs/BatchReadBlobs calls (`put_blobs`/`get_blobs`
 batch many at once); blobs over the batch limit go through ByteStream in 1 MiB
 chunks, from memory, from a file or from a spooled writer, so uploading or reading a
-large blob needs constant memory. Every request names its digest function, so BLAKE3
-and SHA256 blobs mix freely. gRPC errors become rbs.cas errors (NOT_FOUND ->
+large blob needs constant memory; with `zstd=True` (when the server's Capabilities
+offer it) those go as `compressed-blobs/zstd/...`. Every request names its digest
+function, so BLAKE3 and SHA256 blobs mix freely. gRPC errors become rbs.cas errors (NOT_FOUND ->
 BlobNotFound) or `RemoteError`, whose message carries the server's explanation.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 import grpc
+import zstandard
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
@@ -35,7 +37,7 @@ from rbs.cas.store import BlobStore, BlobWriter, hash_file
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 from rbs.wire.auth import auth_metadata, token_from_env
 from rbs.wire.limits import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
-from rbs.wire.resource_names import format_read_name, format_write_name
+from rbs.wire.resource_names import Compressor, format_read_name, format_write_name
 
 CHUNK = 1 << 20
 # FindMissingBlobs requests stay far below the message limit at ~80 bytes a digest.
@@ -126,13 +128,24 @@ def _file_chunks(f: Any) -> Iterator[bytes]:
         yield chunk
 
 
+def _zstd_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    z = zstandard.ZstdCompressor(level=1).compressobj()
+    for chunk in chunks:
+        if out := z.compress(chunk):
+            yield out
+    yield z.flush()
+
+
 class _ReadStream(io.RawIOBase):
     """A ByteStream Read as a file; verifies the digest when read to the end."""
 
-    def __init__(self, responses: Iterator[bs_pb2.ReadResponse], digest: Digest) -> None:
+    def __init__(
+        self, responses: Iterator[bs_pb2.ReadResponse], digest: Digest, zstd: bool = False
+    ) -> None:
         super().__init__()
         self._responses = responses
         self._digest = digest
+        self._unzstd = zstandard.ZstdDecompressor().decompressobj() if zstd else None
         self._hasher = digest.function.hasher()
         self._pending = memoryview(b"")
         self._size = 0
@@ -149,9 +162,15 @@ class _ReadStream(io.RawIOBase):
                 return 0
             except grpc.RpcError as e:
                 raise _translate(e, f"reading {self._digest}", self._digest) from None
-            self._hasher.update(resp.data)
-            self._size += len(resp.data)
-            self._pending = memoryview(resp.data)
+            data = resp.data
+            if self._unzstd is not None:
+                try:
+                    data = self._unzstd.decompress(data)
+                except zstandard.ZstdError as e:
+                    raise CasError(f"reading {self._digest}: bad zstd data: {e}") from None
+            self._hasher.update(data)
+            self._size += len(data)
+            self._pending = memoryview(data)
         n = min(len(b), len(self._pending))
         b[:n] = self._pending[:n]
         self._pending = self._pending[n:]
@@ -185,10 +204,14 @@ class RemoteStore(BlobStore):
         instance: str = "",
         token: str | None = None,
         max_batch_size: int = DEFAULT_BATCH_SIZE,
+        zstd: bool = False,
     ) -> None:
         self._call = _Call(channel, token)
         self.instance = instance
         self.max_batch_size = max_batch_size
+        # ByteStream transfers as compressed-blobs/zstd/ (only if the server offers it).
+        self.zstd = zstd
+        self._compressor = Compressor.ZSTD if zstd else Compressor.IDENTITY
         # Blobs up to this size go in batch calls; larger ones through ByteStream.
         self.batch_limit = min(max_batch_size - _ITEM_OVERHEAD, CHUNK)
 
@@ -302,7 +325,9 @@ class RemoteStore(BlobStore):
                 )
 
     def _bytestream_write(self, digest: Digest, chunks: Iterable[bytes]) -> None:
-        name = format_write_name(self.instance, str(uuid.uuid4()), digest)
+        name = format_write_name(self.instance, str(uuid.uuid4()), digest, self._compressor)
+        if self.zstd:
+            chunks = _zstd_chunks(chunks)
 
         def requests() -> Iterator[bs_pb2.WriteRequest]:
             offset = 0
@@ -331,9 +356,12 @@ class RemoteStore(BlobStore):
     # -- downloads ------------------------------------------------------------------
 
     def _open(self, digest: Digest) -> BinaryIO:
-        req = bs_pb2.ReadRequest(resource_name=format_read_name(self.instance, digest))
-        responses = self._call.bytestream.Read(req, metadata=self._call.metadata)
-        return cast(BinaryIO, io.BufferedReader(_ReadStream(iter(responses), digest), CHUNK))
+        name = format_read_name(self.instance, digest, self._compressor)
+        responses = self._call.bytestream.Read(
+            bs_pb2.ReadRequest(resource_name=name), metadata=self._call.metadata
+        )
+        stream = _ReadStream(iter(responses), digest, self.zstd)
+        return cast(BinaryIO, io.BufferedReader(stream, CHUNK))
 
     def get(self, digest: Digest) -> bytes:
         if digest.size == 0:

@@ -24,9 +24,11 @@ class Cluster:
     token: str | None = None
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
     port: int = 0
+    server_args: tuple[str, ...] = ()  # e.g. ("--digest-function", "sha256")
+    build_slots: int = 4
 
     def start(self) -> Cluster:
-        extra: list[str] = []
+        extra: list[str] = list(self.server_args)
         env = dict(os.environ)
         if self.token:
             (self.root / "token").write_text(self.token + "\n")
@@ -73,7 +75,7 @@ class Cluster:
                 "--work-dir",
                 str(self.root / "worker"),
                 "--build-slots",
-                "4",
+                str(self.build_slots),
                 "--ready-file",
                 str(ready_file),
                 "--log-level",

@@ -90,9 +90,11 @@ def test_instance_name_is_sent(start: StartServer) -> None:
     srv = start(instance_names=("team",))
     with connect(srv.target) as ch:
         assert RemoteStore(ch, instance="team").put(b"team blob").size == 9
-        with pytest.raises(RemoteError, match="unknown instance") as err:
-            RemoteStore(ch).put(b"default blob")
+        with pytest.raises(RemoteError, match="unknown instance name 'other'") as err:
+            RemoteStore(ch, instance="other").put(b"other blob")
         assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+        # The default instance stays accepted beside the named ones.
+        assert RemoteStore(ch).put(b"default blob").size == 12
 
 
 def test_unreachable_server() -> None:
