@@ -6,6 +6,7 @@ the `_rbs_declare`, `_rbs_action` and `_rbs_expand` hooks with plain data.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,6 +24,11 @@ class Current:
         self.deps = deps
         self.declared: dict[str, File] = {}
         self.produced: set[str] = set()
+        # Output attributes and rule(outputs = ...): the default outputs when the rule
+        # returns no DefaultInfo(files = ...).
+        self.predeclared: list[File] = []
+        # ctx.outputs.executable of an executable or test rule (used or not).
+        self.implicit_exe: File | None = None
 
 
 class ActionHooks:
@@ -60,7 +66,8 @@ class ActionHooks:
         path = f"{BIN_DIR}/{short}"
         have = cur.declared.get(path)
         if have is not None:
-            if predeclared:
+            if predeclared or have == cur.implicit_exe:
+                # declare_file(ctx.label.name) in an executable rule is ctx.outputs.executable.
                 return have
             raise ValueError(
                 f"declare_file: {filename!r} is already declared by {cur.target.label}"
@@ -72,6 +79,8 @@ class ActionHooks:
             )
         f = File(path=path, short_path=short, is_source=False, owner=str(cur.target.label))
         cur.declared[path] = f
+        if predeclared:
+            cur.predeclared.append(f)
         return f
 
     def ctx_declare(self, filename: str, sibling: Any = None) -> dict[str, Any]:
@@ -106,6 +115,9 @@ class ActionHooks:
                     for r in owner_info.runfiles:
                         files.append(r)
                         links.append((f"{rf}/{r.short_path}", r.path))
+                    for rel, r in owner_info.runfiles_links:
+                        files.append(r)
+                        links.append((f"{f.path}.runfiles/{rel}", r.path))
         return files, links
 
     def _exe_info(self, f: File) -> TargetInfo | None:
@@ -189,6 +201,9 @@ class ActionHooks:
                 ),
             )
             return
+        elif kind == "template":
+            self._register(cur, template_action(cur.target.label, outs[0], inputs, kw))
+            return
         elif kind == "copy":
             if len(inputs) != 1:
                 raise ValueError("ctx.actions.symlink needs exactly one target_file")
@@ -269,6 +284,40 @@ class ActionHooks:
         except ValueError as e:
             where = f"attribute {attribute!r}: " if attribute else ""
             raise ValueError(f"{where}{e}") from None
+
+
+def template_action(owner: Label, out: File, inputs: list[File], kw: dict[str, Any]) -> ActionSpec:
+    """ctx.actions.expand_template: the template's text with each substitution applied
+    in turn (as Bazel does), computed by the backend once the template exists."""
+    if len(inputs) != 1:
+        raise ValueError("ctx.actions.expand_template needs template = one File")
+    subs = kw.get("substitutions") or {}
+    return ActionSpec(
+        kind="template",
+        mnemonic="TemplateExpand",
+        owner=owner,
+        outputs=(out.path,),
+        inputs=(inputs[0].path,),
+        content=json.dumps(list(subs.items())).encode(),
+        executable_outputs=(out.path,) if kw.get("is_executable") else (),
+    )
+
+
+def expand_template_text(template: bytes, content: bytes) -> bytes:
+    """What a "template" action writes (see `template_action`)."""
+    out = template
+    for key, value in json.loads(content):
+        out = out.replace(key.encode(), value.encode())
+    return out
+
+
+def runfiles_links(v: Any, ws_name: str) -> list[tuple[str, File]]:
+    """The symlinks and root symlinks of plain runfiles, as paths below the runfiles root."""
+    if not isinstance(v, dict):
+        return []
+    out = [(f"{ws_name}/{path}", File.from_starlark(f)) for path, f in v.get("_rs", [])]
+    out += [(str(path), File.from_starlark(f)) for path, f in v.get("_rr", [])]
+    return out
 
 
 def _flatten(values: Any) -> Iterable[Any]:

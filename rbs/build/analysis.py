@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
 import starlark as sl
 
-from rbs.build.actions import ActionHooks, Current, files_in
+from rbs.build import bazel_tools
+from rbs.build.actions import ActionHooks, Current, files_in, runfiles_links
 from rbs.build.errors import BuildError, closest, location_from_starlark, starlark_message
 from rbs.build.graph import BIN_DIR, DEFAULT_PATH, ActionGraph, ActionSpec, File, TargetInfo
 from rbs.build.labels import Label
@@ -57,6 +59,8 @@ class Analyzer(ActionHooks):
         if info is not None:
             return info
         where = referrer.location if referrer else None
+        if bazel_tools.provided(label):
+            return self._bazel_tool(label)
         if label.repo:
             raise BuildError(
                 f"{label}: labels of other repositories cannot be dependencies",
@@ -101,6 +105,27 @@ class Analyzer(ActionHooks):
         self.infos[label] = info
         self.plain[label] = _plain_info(info, {})
         return info
+
+    def _bazel_tool(self, label: Label) -> TargetInfo:
+        info, action = bazel_tools.bash_runfiles()
+        if info.label not in self.infos:
+            self.producers[action.outputs[0]] = len(self.actions)
+            self.actions.append(action)
+            self.infos[info.label] = info
+            f = info.files[0].to_starlark()
+            self.plain[info.label] = {
+                "_t": str(info.label),
+                "p": {
+                    "DefaultInfo": {
+                        "files": {"_d": [f]},
+                        "executable": None,
+                        "default_runfiles": {"_r": [], "_rr": [[info.runfiles_links[0][0], f]]},
+                    }
+                },
+            }
+        self.infos[label] = self.infos[info.label]
+        self.plain[label] = self.plain[info.label]
+        return self.infos[label]
 
     def _outputs_of(self, label: Label) -> list[File]:
         return [
@@ -204,6 +229,14 @@ class Analyzer(ActionHooks):
                 attr[name] = outputs[name]
             else:
                 attr[name] = value
+        for key, filename in target.implicit_outputs().items():
+            outputs[key] = self._declare(cur, filename, predeclared=True).to_starlark()
+        if target.rule.executable or target.rule.test:
+            # Declared before the implementation runs, as in Bazel; it becomes the
+            # executable when the rule creates it and returns no other one.
+            exe_file = self._declare(cur, label.name)
+            cur.implicit_exe = exe_file
+            outputs["executable"] = exe_file.to_starlark()
         attr["name"] = label.name
         return {
             "label": {"name": label.name, "package": label.package, "repo": label.repo},
@@ -278,16 +311,28 @@ class Analyzer(ActionHooks):
             providers[str(p["_p"])] = p["fields"]
         di = providers.pop("DefaultInfo", None)
         if di is None:
-            predeclared = [f.to_starlark() for f in cur.declared.values()]
             di = {
-                "files": {"_d": predeclared},
+                "files": None,
                 "executable": None,
-                "default_runfiles": {"_r": predeclared},
+                "default_runfiles": {"_r": [f.to_starlark() for f in cur.predeclared]},
             }
-        files = tuple(File.from_starlark(f) for f in files_in(di.get("files")))
+        if di.get("files") is None:
+            files = tuple(cur.predeclared)
+        else:
+            files = tuple(File.from_starlark(f) for f in files_in(di.get("files")))
         exe_d = di.get("executable")
         exe = File.from_starlark(exe_d) if isinstance(exe_d, dict) and "_f" in exe_d else None
+        implicit = cur.implicit_exe
+        if implicit is not None and implicit.path not in cur.produced:
+            cur.declared.pop(implicit.path, None)  # an unused ctx.outputs.executable
+        elif exe is None and implicit is not None:
+            exe = implicit
+        if exe is not None:
+            if exe not in files:
+                files = (*files, exe)  # Bazel builds the executable with the target
+            self._mark_executable(cur, exe)
         runfiles = [File.from_starlark(f) for f in files_in(di.get("default_runfiles"))]
+        rf_links = tuple(runfiles_links(di.get("default_runfiles"), self.ws_name))
         if exe is not None and exe not in runfiles:
             runfiles.insert(0, exe)
         rule = target.rule
@@ -310,6 +355,7 @@ class Analyzer(ActionHooks):
             files=files,
             executable=exe,
             runfiles=tuple(runfiles),
+            runfiles_links=rf_links,
             is_test=rule.test,
             location=target.location,
             deps=tuple(cur.deps),
@@ -320,14 +366,35 @@ class Analyzer(ActionHooks):
         canon = {
             "files": {"_d": [f.to_starlark() for f in files]},
             "executable": exe.to_starlark() if exe else None,
-            "default_runfiles": {"_r": [f.to_starlark() for f in runfiles]},
+            "default_runfiles": {
+                "_r": [f.to_starlark() for f in runfiles],
+                "_rr": [[path, f.to_starlark()] for path, f in rf_links],
+            },
         }
         self.plain[label] = {"_t": str(label), "p": {"DefaultInfo": canon, **providers}}
         if rule.test and exe is not None:
-            self._add_test_action(target, exe, tuple(runfiles))
+            self._add_test_action(target, exe, tuple(runfiles), rf_links)
         return info
 
-    def _add_test_action(self, target: Target, exe: File, runfiles: tuple[File, ...]) -> None:
+    def _mark_executable(self, cur: Current, exe: File) -> None:
+        # The target's executable is made executable (0555) however it was written, as
+        # in Bazel: a test rule may write its script with a plain ctx.actions.write().
+        idx = self.producers.get(exe.path)
+        if exe.path not in cur.produced or idx is None:
+            return
+        spec = self.actions[idx]
+        if exe.path not in spec.executable_outputs:
+            self.actions[idx] = dataclasses.replace(
+                spec, executable_outputs=(*spec.executable_outputs, exe.path)
+            )
+
+    def _add_test_action(
+        self,
+        target: Target,
+        exe: File,
+        runfiles: tuple[File, ...],
+        rf_links: tuple[tuple[str, File], ...] = (),
+    ) -> None:
         rf = f"{exe.path}.runfiles/{self.ws_name}"
         env = {
             "PATH": DEFAULT_PATH,
@@ -341,8 +408,17 @@ class Analyzer(ActionHooks):
                 mnemonic="TestRunner",
                 owner=target.label,
                 outputs=(),
-                inputs=tuple(sorted({exe.path, *(f.path for f in runfiles)})),
-                links=tuple(sorted((f"{rf}/{f.short_path}", f.path) for f in runfiles)),
+                inputs=tuple(
+                    sorted({exe.path, *(f.path for f in runfiles), *(f.path for _, f in rf_links)})
+                ),
+                links=tuple(
+                    sorted(
+                        {
+                            *((f"{rf}/{f.short_path}", f.path) for f in runfiles),
+                            *((f"{exe.path}.runfiles/{p}", f.path) for p, f in rf_links),
+                        }
+                    )
+                ),
                 argv=(
                     "/bin/bash",
                     "-c",

@@ -83,6 +83,15 @@ class StoreBackend(Backend):
             )
         for path, (d, _x) in inputs.items():
             self._ensure_source(path, d)
+        if spec.kind == "template":
+            from rbs.build.actions import expand_template_text
+
+            d, _x = inputs[spec.inputs[0]]
+            with self.store.open(d) as f:
+                text = expand_template_text(f.read(), spec.content)
+            out = self.store.put(text, function=FUNCTION)
+            exe = bool(spec.executable_outputs)
+            return BackendOutcome(outputs=(OutputRef(path=spec.outputs[0], digest=out, executable=exe),))
         if spec.kind == "copy":
             d, _x = inputs[spec.inputs[0]]
             return BackendOutcome(

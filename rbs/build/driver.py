@@ -37,6 +37,8 @@ class BuildOptions:
     backend: Callable[[Path], Backend] | None = None  # default: the local store and runner
     listener: Listener | None = None
     test_timeout: int = 0  # seconds; 0: each test's own (from its size or timeout)
+    # --output_groups, parsed (rbs.build.output_groups); () builds the default files.
+    output_groups: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -128,7 +130,15 @@ def run_build(
     # Absolute patterns name the same targets from any folder: key the request on them.
     patterns = [str(parse_pattern(p, cwd_package=cwd_package)) for p in patterns]
     cwd_package = ""
-    request = request_key(patterns, cwd_package, mode)
+    groups = options.output_groups
+    request = request_key(
+        [
+            *patterns,
+            *(f"--output_groups={g}" for g in groups),
+        ],
+        cwd_package,
+        mode,
+    )
     # Create the output folders first: adding them later would change the workspace
     # root's stat data, which the cached analysis depends on.
     (root / "rbs-out").mkdir(exist_ok=True)
@@ -140,12 +150,15 @@ def run_build(
     )
     paths: list[str] = []
     tests: list[int] = []
+    if groups:
+        from rbs.build.output_groups import group_files
     test_owners = {a.owner: i for i, a in enumerate(graph.actions) if a.is_test}
     for label in labels:
         info = graph.targets[label]
-        paths.extend(f.path for f in info.files)
+        paths.extend(f.path for f in (group_files(info, groups) if groups else info.files))
         if info.executable is not None:
             paths.extend(f.path for f in info.runfiles)
+            paths.extend(f.path for _, f in info.runfiles_links)
         if mode == "test" and label in test_owners:
             tests.append(test_owners[label])
     jobs = job_targets(graph, labels)
@@ -210,6 +223,8 @@ def write_runfiles_tree(root: Path, graph: ActionGraph, label: Label) -> Path:
     for f in info.runfiles:
         src = root / (f.path if f.is_source else out_path(f.path))
         want[ws_dir / f.short_path] = src
+    for rel, f in info.runfiles_links:
+        want[rf / rel] = root / (f.path if f.is_source else out_path(f.path))
     for link, src in want.items():
         link.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -101,6 +101,8 @@ class TargetInfo:
     files: tuple[File, ...]
     executable: File | None = None
     runfiles: tuple[File, ...] = ()
+    # ctx.runfiles(symlinks = ..., root_symlinks = ...): path below the runfiles root -> file.
+    runfiles_links: tuple[tuple[str, File], ...] = ()
     is_test: bool = False
     location: Location | None = None
     deps: tuple[Label, ...] = ()

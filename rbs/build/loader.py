@@ -18,7 +18,14 @@ from rbs.build.errors import (
     starlark_message,
 )
 from rbs.build.labels import RBS_REPO, Label, parse_label, parse_load_label
-from rbs.build.rules import AttrSpec, Package, RuleClass, Target, check_attrs
+from rbs.build.rules import (
+    AttrSpec,
+    Package,
+    RuleClass,
+    Target,
+    check_attrs,
+    implicit_outputs,
+)
 from rbs.build.starlark_env import (
     BUILD_FILE,
     BUILTINS_MODULE,
@@ -40,6 +47,10 @@ COMPAT_REPOS = {
     "@rules_shell//shell",
     "@bazel_tools//tools/build_defs/shell",
 }
+
+
+CC_REPOS = {"@rules_cc//cc"}
+CC_MODULE = "@rbs//cc.rbs"
 
 
 def display_path(label: Label) -> str:
@@ -88,6 +99,9 @@ class Loader:
 
     def _file_loader(self, requester: Label) -> Any:
         def load(module_id: str) -> Any:
+            if module_id.split(":")[0] in CC_REPOS:
+                # No C++ toolchain: these cc_* rules load, and fail when analysed.
+                return self.module(parse_load_label(CC_MODULE, package=""))
             if module_id.split(":")[0] in COMPAT_REPOS or module_id in COMPAT_MODULES:
                 # Bazel workspaces load the native rules from these; rbs has them built in.
                 return self.module(parse_load_label(BUILTINS_MODULE, package=""))
@@ -172,7 +186,13 @@ class Loader:
     # -- builtins of .rbs files (the Host side of rbs.build.starlark_env) ---------------
 
     def new_rule(
-        self, module: Label, attrs: dict[str, Any], executable: bool, test: bool, doc: str
+        self,
+        module: Label,
+        attrs: dict[str, Any],
+        executable: bool,
+        test: bool,
+        doc: str,
+        outputs: Any = None,
     ) -> str:
         specs: dict[str, AttrSpec] = {}
         for name, d in attrs.items():
@@ -194,6 +214,7 @@ class Loader:
             executable=bool(executable),
             test=bool(test),
             doc=str(doc),
+            outputs=implicit_outputs(outputs),
         )
         return key
 
@@ -324,6 +345,7 @@ def _renamed(rc: RuleClass, kind: str) -> RuleClass:
         executable=rc.executable,
         test=rc.test,
         doc=rc.doc,
+        outputs=rc.outputs,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +126,8 @@ class RuleClass:
     executable: bool = False
     test: bool = False
     doc: str = ""
+    # rule(outputs = {"md5": "%{name}.md5"}): implicit outputs, key -> file name template.
+    outputs: tuple[tuple[str, str], ...] = ()
 
     def all_attrs(self) -> dict[str, AttrSpec]:
         out = dict(COMMON_ATTRS)
@@ -155,8 +158,12 @@ class Target:
                 out.extend((name, x) for x in v or ())
         return out
 
+    def implicit_outputs(self) -> dict[str, str]:
+        """rule(outputs = ...) with `%{name}` and `%{attr}` filled in: key -> file name."""
+        return {key: _fill_template(tpl, self) for key, tpl in self.rule.outputs}
+
     def output_names(self) -> list[str]:
-        out: list[str] = []
+        out: list[str] = list(self.implicit_outputs().values())
         for name, spec in self.rule.attrs.items():
             v = self.attrs.get(name)
             if spec.kind == "output" and v:
@@ -179,6 +186,27 @@ class Package:
 
     def names(self) -> list[str]:
         return sorted({*self.targets, *self.outputs})
+
+
+_TEMPLATE_VAR = re.compile(r"%\{([A-Za-z_]\w*)\}")
+
+
+def _fill_template(template: str, target: Target) -> str:
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name == "name":
+            return target.label.name
+        value = target.attrs.get(name)
+        if isinstance(value, Label):
+            return value.name
+        if isinstance(value, str):
+            return value
+        raise ValueError(
+            f"rule(outputs = ...) of {target.rule.kind}: %{{{name}}} must name the target's "
+            f"name or a string or label attribute, and {target.label} has no such value"
+        )
+
+    return _TEMPLATE_VAR.sub(one, template)
 
 
 def _type_name(v: Any) -> str:
@@ -222,16 +250,14 @@ def convert_attr(spec: AttrSpec, value: Any, *, what: str, package: str, repo: s
         if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
             raise bad("a list of strings")
         if kind == "output_list":
-            for x in value:
-                label(x)
+            return [_output_name(label(x), spec, what, package) for x in value]
         return list(value)
     if kind == "output":
         if value is None:
             return None
         if not isinstance(value, str):
             raise bad("a file name string")
-        label(value)
-        return value
+        return _output_name(label(value), spec, what, package)
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad("an int")
@@ -255,6 +281,31 @@ def convert_attr(spec: AttrSpec, value: Any, *, what: str, package: str, repo: s
             raise bad("a dict of strings to strings")
         return dict(value)
     raise ValueError(f"attribute {spec.name!r}: unsupported kind {kind!r}")
+
+
+def implicit_outputs(outputs: Any) -> tuple[tuple[str, str], ...]:
+    """Check rule(outputs = {...}): a dict of output keys to file name templates."""
+    if outputs is None:
+        return ()
+    if not isinstance(outputs, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in outputs.items()
+    ):
+        raise ValueError(
+            "rule(outputs = ...) must be a dict of names to file name templates, "
+            'e.g. {"md5": "%{name}.md5"} (a function there is not supported by rbs)'
+        )
+    return tuple(sorted(outputs.items()))
+
+
+def _output_name(lab: Label, spec: AttrSpec, what: str, package: str) -> str:
+    # An output attribute holds a label of a file in the target's own package (":dog.md5"
+    # and "dog.md5" are the same file); what the rule sees is its name in the package.
+    if lab.repo or lab.package != package:
+        raise ValueError(
+            f"attribute {spec.name!r} of {what}: output {lab} must be in the target's own "
+            f"package //{package}; write a file name like 'out.txt'"
+        )
+    return lab.name
 
 
 def check_attrs(

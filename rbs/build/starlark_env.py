@@ -67,7 +67,13 @@ class Host(Protocol):
         self, srcs: Any = None, visibility: Any = None, licenses: Any = None
     ) -> None: ...
     def new_rule(
-        self, module: Label, attrs: dict[str, Any], executable: bool, test: bool, doc: str
+        self,
+        module: Label,
+        attrs: dict[str, Any],
+        executable: bool,
+        test: bool,
+        doc: str,
+        outputs: Any = None,
     ) -> str: ...
     def new_provider(self, module: Label, doc: str = "") -> str: ...
     def register_target(self, rule: str, name: Any, attrs: dict[str, Any], stack: str) -> None: ...

@@ -43,7 +43,13 @@ def _workspace() -> tuple[Path, str]:
     return root, "" if rel == "." else rel
 
 
-def build_options(jobs: int | None, keep_going: bool, plain: bool, test_timeout: int = 0) -> Any:
+def build_options(
+    jobs: int | None,
+    keep_going: bool,
+    plain: bool,
+    test_timeout: int = 0,
+    output_groups: tuple[str, ...] = (),
+) -> Any:
     """The one place where command-line options become BuildOptions (and pick a backend).
 
     A remote runner (`--remote host:port`) plugs in here as `backend=`.
@@ -63,7 +69,17 @@ def build_options(jobs: int | None, keep_going: bool, plain: bool, test_timeout:
         keep_going=keep_going,
         listener=make_progress(plain),
         backend=backend,
+        output_groups=_output_groups(output_groups),
     )
+
+
+def _output_groups(values: tuple[str, ...]) -> tuple[str, ...]:
+    from rbs.build.output_groups import parse_output_groups
+
+    try:
+        return parse_output_groups(values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--output_groups") from None
 
 
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -100,8 +116,21 @@ def _summary(result: Any, started: float) -> None:
 @click.command("build")
 @click.argument("patterns", nargs=-1, required=True)
 @_common
+@click.option(
+    "--output_groups",
+    "--output-groups",
+    "output_groups",
+    multiple=True,
+    help="Build these output groups (a,b) or change the default set (+a,-default).",
+)
 @_interruptible
-def build(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: bool) -> None:
+def build(
+    patterns: tuple[str, ...],
+    jobs: int | None,
+    keep_going: bool,
+    plain: bool,
+    output_groups: tuple[str, ...] = (),
+) -> None:
     """Build targets: //pkg:name, //pkg:all, //pkg/..., //... ."""
     from rbs.build.driver import run_build
     from rbs.build.engine import out_path
@@ -110,7 +139,10 @@ def build(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: 
     try:
         root, cwd_pkg = _workspace()
         result = run_build(
-            root, patterns, options=build_options(jobs, keep_going, plain), cwd_package=cwd_pkg
+            root,
+            patterns,
+            options=build_options(jobs, keep_going, plain, output_groups=output_groups),
+            cwd_package=cwd_pkg,
         )
     except BuildError as e:
         _fail(e)
@@ -122,7 +154,12 @@ def build(patterns: tuple[str, ...], jobs: int | None, keep_going: bool, plain: 
         for label in result.labels:
             info = result.graph.targets[label]
             click.echo(f"Target {label} up-to-date:", err=True)
-            for f in info.files:
+            shown = info.files
+            if output_groups:
+                from rbs.build.output_groups import group_files
+
+                shown = tuple(group_files(info, _output_groups(output_groups)))
+            for f in shown:
                 click.echo(f"  {f.path if f.is_source else out_path(f.path)}", err=True)
             if label in result.manifests:
                 click.echo(f"  {result.manifests[label]}", err=True)
