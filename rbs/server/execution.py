@@ -37,9 +37,17 @@ from rbs.model import Digest, DigestFunction
 from rbs.scheduler.dispatch_events import Lease, QueuedAction
 from rbs.server.action_cache import ActionCache
 from rbs.server.instances import Instances
-from rbs.server.operations import KEEP_DONE_S, Operation, OperationRegistry, Stage, UnknownOperation
+from rbs.server.operations import (
+    KEEP_DONE_S,
+    Operation,
+    OperationInFlight,
+    OperationRegistry,
+    Stage,
+    UnknownOperation,
+)
 from rbs.server.workers_service import WorkerHub
 from rbs.wire.errors import (
+    FailedPrecondition,
     InvalidRequest,
     MissingBlobs,
     NotFound,
@@ -180,6 +188,20 @@ class ExecutionEngine:
 
     def get(self, name: str) -> Operation:
         return self._registry.get(name)
+
+    def operations(self, instance: str) -> list[Operation]:
+        return self._registry.of_instance(instance)
+
+    def cancel(self, name: str) -> None:
+        """CancelOperation: finish it with CANCELLED (its lease is cancelled on the worker)."""
+        if not self._registry.get(name).done:
+            self._finish(name, _status(code_pb2.CANCELLED, "cancelled by CancelOperation"))
+
+    def forget(self, name: str) -> None:
+        try:
+            self._registry.forget(name)
+        except OperationInFlight as e:
+            raise FailedPrecondition(str(e)) from None
 
     def _cached(self, instance: str, digest: Digest) -> re_pb2.ActionResult | None:
         # lookup() returns only results whose outputs are all still in the CAS.

@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 import grpc
+from google.longrunning import operations_pb2_grpc as lro_grpc
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
 from rbs._proto.google.bytestream import bytestream_pb2_grpc as bs_grpc
@@ -29,6 +30,7 @@ from rbs.server.cas_service import CasServicer
 from rbs.server.config import Config
 from rbs.server.execution import ExecutionEngine, ExecutionServicer
 from rbs.server.instances import Instances
+from rbs.server.operations_service import OperationsServicer
 from rbs.server.workers_service import WorkerHub, WorkersServicer
 from rbs.wire.auth import BearerTokenInterceptor, read_token_file
 from rbs.wire.errors import DecodingInterceptor
@@ -42,9 +44,18 @@ ACTION_CACHE = f"{_REAPI}.ActionCache"
 EXECUTION = f"{_REAPI}.Execution"
 BYTESTREAM = "google.bytestream.ByteStream"
 WORKERS = "rbs.v1.Workers"
+OPERATIONS = "google.longrunning.Operations"
 
 # Every gRPC service `rbs remote serve` hosts, REAPI and rbs's own alike.
-SERVICES: tuple[str, ...] = (CAPABILITIES, CAS, BYTESTREAM, ACTION_CACHE, EXECUTION, WORKERS)
+SERVICES: tuple[str, ...] = (
+    CAPABILITIES,
+    CAS,
+    BYTESTREAM,
+    ACTION_CACHE,
+    EXECUTION,
+    OPERATIONS,
+    WORKERS,
+)
 
 
 def add_servicers(
@@ -69,6 +80,7 @@ def add_servicers(
     bs_grpc.add_ByteStreamServicer_to_server(ByteStreamServicer(store, instances), server)
     re_grpc.add_ActionCacheServicer_to_server(ActionCacheServicer(action_cache, instances), server)
     re_grpc.add_ExecutionServicer_to_server(ExecutionServicer(engine, instances), server)
+    lro_grpc.add_OperationsServicer_to_server(OperationsServicer(engine, instances), server)
     w_grpc.add_WorkersServicer_to_server(WorkersServicer(hub), server)
 
 

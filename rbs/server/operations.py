@@ -65,6 +65,14 @@ class UnknownOperation(LookupError):
         self.name = name
 
 
+class OperationInFlight(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"operation {name!r} is still running: cancel it (CancelOperation) or wait "
+            "for it to finish before deleting it"
+        )
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS operations (
     name TEXT PRIMARY KEY,
@@ -152,6 +160,9 @@ class OperationStore:
             for r in rows
         ]
 
+    def delete(self, name: str) -> None:
+        self._db.execute("DELETE FROM operations WHERE name = ?", (name,))
+
     def forget_done_before(self, when: float) -> None:
         self._db.execute(
             "DELETE FROM operations WHERE stage = ? AND updated < ?", (int(Stage.COMPLETED), when)
@@ -210,6 +221,21 @@ class OperationRegistry:
 
     def in_flight_count(self) -> int:
         return len(self._inflight)
+
+    def of_instance(self, instance: str) -> list[Operation]:
+        """Every known operation of `instance`, oldest first."""
+        ops = [e.op for e in self._ops.values() if e.op.instance == instance]
+        return sorted(ops, key=lambda op: (op.created, op.name))
+
+    def forget(self, name: str) -> None:
+        """Drop a finished operation (DeleteOperation); one in flight is refused."""
+        entry = self._ops.get(name)
+        if entry is None:
+            raise UnknownOperation(name)
+        if not entry.op.done:
+            raise OperationInFlight(name)
+        del self._ops[name]
+        self._store.delete(name)
 
     def create(
         self,
