@@ -91,7 +91,9 @@ class StoreBackend(Backend):
                 text = expand_template_text(f.read(), spec.content)
             out = self.store.put(text, function=FUNCTION)
             exe = bool(spec.executable_outputs)
-            return BackendOutcome(outputs=(OutputRef(path=spec.outputs[0], digest=out, executable=exe),))
+            return BackendOutcome(
+                outputs=(OutputRef(path=spec.outputs[0], digest=out, executable=exe),)
+            )
         if spec.kind == "copy":
             d, _x = inputs[spec.inputs[0]]
             return BackendOutcome(
