@@ -10,6 +10,7 @@ from rbs.build.errors import BuildError, closest
 from rbs.build.graph import ActionGraph
 from rbs.build.labels import Label, parse_pattern
 from rbs.build.loader import Loader
+from rbs.build.select import BuildConfig
 from rbs.build.workspace import Workspace, find_root
 
 
@@ -19,14 +20,28 @@ def open_workspace(start: Path | None = None) -> Workspace:
 
 
 def resolve_patterns(
-    loader: Loader, patterns: Iterable[str], *, cwd_package: str = "", tests_only: bool = False
+    loader: Loader,
+    patterns: Iterable[str],
+    *,
+    cwd_package: str = "",
+    tests_only: bool = False,
+    errors: list[BuildError] | None = None,
 ) -> list[Label]:
-    """Labels of the rule targets the patterns name, in a stable order."""
+    """Labels of the rule targets the patterns name, in a stable order.
+
+    With `errors` (--keep-going), a package that fails to load is recorded there and
+    skipped instead of ending the build."""
     out: dict[Label, None] = {}
     for text in patterns:
         pat = parse_pattern(text, cwd_package=cwd_package)
         for pkg_name in loader.ws.expand(pat):
-            pkg = loader.package(pkg_name)
+            try:
+                pkg = loader.package(pkg_name)
+            except BuildError as e:
+                if errors is None:
+                    raise
+                errors.append(e)
+                continue
             if pat.name is not None:
                 if pat.name not in pkg.targets and pat.name not in pkg.outputs:
                     if (loader.ws.root / pkg_name / pat.name).is_file():
@@ -45,22 +60,40 @@ def resolve_patterns(
                 t = pkg.targets[name]
                 if tests_only and not t.rule.test:
                     continue
+                if "manual" in (t.attrs.get("tags") or ()):
+                    continue  # as in Bazel: built only when named
                 out[t.label] = None
     return list(out)
 
 
-def analyze(loader: Loader, labels: Iterable[Label]) -> ActionGraph:
-    """Analyse targets (and everything they depend on) into an action graph."""
+def analyze(
+    loader: Loader, labels: Iterable[Label], errors: list[BuildError] | None = None
+) -> ActionGraph:
+    """Analyse targets (and everything they depend on) into an action graph.
+
+    With `errors` (--keep-going), a target that fails to analyse is recorded there and
+    left out of the graph's requested targets; the others are analysed."""
     an = Analyzer(loader)
     for label in labels:
-        an.resolve(label)
+        try:
+            an.resolve(label)
+        except BuildError as e:
+            if errors is None:
+                raise
+            errors.append(e)
     return an.graph()
 
 
 def load_and_analyze(
-    root: Path, patterns: Iterable[str], *, cwd_package: str = ""
+    root: Path,
+    patterns: Iterable[str],
+    *,
+    cwd_package: str = "",
+    config: BuildConfig | None = None,
 ) -> tuple[list[Label], ActionGraph]:
     """One call from files to graph: what `rbs build` does before running anything."""
     loader = Loader(Workspace(root=root))
+    if config is not None:
+        loader.config = config
     labels = resolve_patterns(loader, patterns, cwd_package=cwd_package)
     return labels, analyze(loader, labels)

@@ -16,9 +16,11 @@ from rbs.build.engine import (
     needed_actions,
     out_path,
 )
+from rbs.build.errors import BuildError
 from rbs.build.graph import BIN_DIR, ActionGraph, File
 from rbs.build.jobtarget import finish_job_targets, job_targets
 from rbs.build.labels import Label
+from rbs.build.select import BuildConfig
 from rbs.build.state import (
     BuildState,
     load_cached_analysis_with_deps,
@@ -39,6 +41,8 @@ class BuildOptions:
     test_timeout: int = 0  # seconds; 0: each test's own (from its size or timeout)
     # --output_groups, parsed (rbs.build.output_groups); () builds the default files.
     output_groups: tuple[str, ...] = ()
+    # --define and build settings: what select() reads (rbs.build.select).
+    config: BuildConfig = field(default_factory=BuildConfig)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -51,10 +55,12 @@ class BuildResult:
     root: Path = Path()
     # Job targets' manifests written by this build: label -> rbs-out/<pkg>/<name>.job.json
     manifests: dict[Label, str] = field(default_factory=dict)
+    # Loading and analysis errors survived with --keep-going (the build then fails).
+    load_errors: list[BuildError] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.report.ok
+        return self.report.ok and not self.load_errors
 
     def digest_of(self, f: File) -> tuple[Digest, bool]:
         """Digest and executable bit of a file this build made or read."""
@@ -82,7 +88,13 @@ _ANALYSIS_FILES = (
 
 
 def _analysis(
-    root: Path, patterns: Sequence[str], cwd_package: str, request: str, tests_only: bool
+    root: Path,
+    patterns: Sequence[str],
+    cwd_package: str,
+    request: str,
+    tests_only: bool,
+    config: BuildConfig | None = None,
+    errors: list[BuildError] | None = None,
 ) -> tuple[list[Label], ActionGraph, bool, list[str]]:
     """(labels, graph, whether it came from the cache, paths the analysis depends on)."""
     cached = load_cached_analysis_with_deps(root, request)
@@ -95,8 +107,15 @@ def _analysis(
 
     ws = Workspace(root=root)
     loader = Loader(ws)
-    labels = resolve_patterns(loader, patterns, cwd_package=cwd_package, tests_only=tests_only)
-    graph = analyze(loader, labels)
+    loader.config = config or BuildConfig()
+    labels = resolve_patterns(
+        loader, patterns, cwd_package=cwd_package, tests_only=tests_only, errors=errors
+    )
+    graph = analyze(loader, labels, errors)
+    if errors:
+        # Only the targets that analysed; nothing is cached, so a fix is seen next time.
+        labels = [x for x in labels if x in graph.targets]
+        return labels, graph, False, []
     deps = set()
     for path in loader.files_read.values():
         try:
@@ -110,7 +129,9 @@ def _analysis(
     # The analysis code itself: an upgraded (or edited) rbs must not reuse old graphs.
     here = Path(__file__).resolve().parent
     deps.update(str(here / name) for name in _ANALYSIS_FILES)
-    deps.add("WORKSPACE" if (root / "WORKSPACE").exists() else "WORKSPACE.bazel")
+    from rbs.build.workspace import ROOT_FILES
+
+    deps.add(next((n for n in ROOT_FILES if (root / n).exists()), "WORKSPACE"))
     save_analysis(root, request, deps, (labels, graph))
     return labels, graph, False, sorted(deps)
 
@@ -135,6 +156,7 @@ def run_build(
         [
             *patterns,
             *(f"--output_groups={g}" for g in groups),
+            *(f"--config:{options.config.key()}" for _ in [1] if options.config.key()),
         ],
         cwd_package,
         mode,
@@ -145,8 +167,15 @@ def run_build(
     state.dir.mkdir(parents=True, exist_ok=True)
     if mode == "build" and state.is_noop(request):
         return BuildResult(labels=[], up_to_date=True, root=root)
+    load_errors: list[BuildError] | None = [] if options.keep_going else None
     labels, graph, cached, analysis_deps = _analysis(
-        root, patterns, cwd_package, request, tests_only=mode == "test"
+        root,
+        patterns,
+        cwd_package,
+        request,
+        tests_only=mode == "test",
+        config=options.config,
+        errors=load_errors,
     )
     paths: list[str] = []
     tests: list[int] = []
@@ -182,7 +211,12 @@ def run_build(
     report = engine.run(graph, indices)
     report.hashed = state.stats.hashed
     result = BuildResult(
-        labels=labels, graph=graph, report=report, analysis_cached=cached, root=root
+        labels=labels,
+        graph=graph,
+        report=report,
+        analysis_cached=cached,
+        root=root,
+        load_errors=load_errors or [],
     )
     if report.ok:
         for label in labels:
@@ -190,7 +224,7 @@ def run_build(
             if info.executable is not None:
                 write_runfiles_tree(root, graph, label)
         result.manifests = finish_job_targets(root, graph, jobs, report, state)
-    if mode == "build" and report.ok:
+    if mode == "build" and result.ok:
         deps = _noop_paths(graph, indices, analysis_deps)
         # A job's data files need not be any action's input, and its manifest is not
         # an action output: both decide whether the build is a no-op.

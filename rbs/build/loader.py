@@ -9,6 +9,7 @@ from typing import Any
 
 import starlark as sl
 
+from rbs.build.compat import compat_ast, lower_build, lower_module
 from rbs.build.errors import (
     BuildError,
     Location,
@@ -26,6 +27,7 @@ from rbs.build.rules import (
     check_attrs,
     implicit_outputs,
 )
+from rbs.build.select import BuildConfig, is_select, resolve_selects
 from rbs.build.starlark_env import (
     BUILD_FILE,
     BUILTINS_MODULE,
@@ -76,6 +78,10 @@ class Loader:
         self._pending_providers: dict[Label, list[str]] = {}
         self._file_lists: dict[str, list[str]] = {}
         self.inner_error: BuildError | None = None
+        self.config = BuildConfig()  # what select() reads (set by the driver)
+        # Targets whose attributes hold a select(), resolved once their package is loaded.
+        self.deferred_selects: dict[str, list[tuple[str, Any, dict[str, Any], str]]] = {}
+        self._inflight: dict[str, Package] = {}
         # Set by the analyser while a rule implementation runs.
         self.impl: ImplHooks | None = None
 
@@ -109,7 +115,11 @@ class Loader:
                 lab = parse_load_label(module_id, package=requester.package, repo=requester.repo)
             except ValueError as e:
                 raise ValueError(str(e)) from None
-            return self.module(lab)
+            try:
+                return self.module(lab)
+            except BuildError as e:
+                # Starlark prefixes "error: " itself: pass on the bare message and hint.
+                raise ValueError(f"{e.message}; {e.hint}" if e.hint else e.message) from None
 
         return sl.FileLoader(load)
 
@@ -132,7 +142,7 @@ class Loader:
                 # The shipped rules are what `native` is made of; they do without it.
                 sl.eval(m, RBS_FILE.natives_ast(), GLOBALS, loader)
             try:
-                ast = sl.parse(display_path(label), text, RBS_FILE.dialect)
+                ast = sl.parse(display_path(label), lower_module(text), RBS_FILE.dialect)
                 sl.eval(m, ast, GLOBALS, loader)
                 self._merge_providers(m, ast, loader)
             except sl.StarlarkError as e:
@@ -180,6 +190,7 @@ class Loader:
         m = sl.Module()
         kind.bind(m, self, label)
         if kind.prelude:
+            sl.eval(m, compat_ast(), GLOBALS)
             sl.eval(m, prelude_ast(), GLOBALS)
         return m
 
@@ -242,6 +253,9 @@ class Loader:
     def register_target(self, rule: str, name: Any, attrs: dict[str, Any], stack: str) -> None:
         pkg = self._pkg("a rule")
         rc = self.rules[rule]
+        if any(is_select(v) for v in attrs.values()):
+            self.deferred_selects.setdefault(pkg.name, []).append((rule, name, attrs, stack))
+            return
         if not isinstance(name, str):
             raise ValueError(f"{rc.kind}: name must be a string, got {name!r}")
         try:
@@ -271,6 +285,16 @@ class Loader:
                 )
             pkg.outputs[out] = name
         pkg.targets[name] = target
+
+    def register_in(
+        self, pkg: Package, rule: str, name: Any, attrs: dict[str, Any], stack: str
+    ) -> None:
+        """register_target for a target of `pkg` once its file has been evaluated."""
+        prev, self._current = self._current, pkg
+        try:
+            self.register_target(rule, name, attrs, stack)
+        finally:
+            self._current = prev
 
     def files_of(self, package: str) -> list[str]:
         files = self._file_lists.get(package)
@@ -306,7 +330,7 @@ class Loader:
 
     def package(self, name: str) -> Package:
         """Load one package (once per process); errors carry the BUILD file location."""
-        cached = self.packages.get(name)
+        cached = self.packages.get(name) or self._inflight.get(name)
         if cached is not None:
             return cached
         path = self.ws.build_file(name)
@@ -319,15 +343,24 @@ class Loader:
         requester = Label(package=name, name=path.name)
         m = self._new_module(BUILD_FILE, requester)
         loader = self._file_loader(requester)
-        self._current = pkg
+        lowered, needs_compat = lower_build(text)
+        prev, self._current = self._current, pkg
         try:
+            if needs_compat:
+                sl.eval(m, compat_ast(), GLOBALS)
             sl.eval(m, BUILD_FILE.natives_ast(), GLOBALS, loader)
-            sl.eval(m, sl.parse(rel, text, BUILD_FILE.dialect), GLOBALS, loader)
+            sl.eval(m, sl.parse(rel, lowered, BUILD_FILE.dialect), GLOBALS, loader)
         except sl.StarlarkError as e:
             inner, self.inner_error = self.inner_error, None
             raise (inner or _to_build_error(str(e), rel, pkg.source_lines)) from None
         finally:
-            self._current = None
+            self._current = prev
+        if name in self.deferred_selects:
+            self._inflight[name] = pkg
+            try:
+                resolve_selects(self, pkg)
+            finally:
+                del self._inflight[name]
         self.packages[name] = pkg
         return pkg
 

@@ -215,6 +215,13 @@ def _type_name(v: Any) -> str:
     return {str: "string", int: "int", list: "list", dict: "dict"}.get(type(v), type(v).__name__)
 
 
+def label_text(value: Any) -> Any:
+    """A Label() value (a dict once out of Starlark) as its string; anything else as is."""
+    if isinstance(value, dict) and value.get("_rbs_kind") == "label":
+        return value.get("_s")
+    return value
+
+
 def convert_attr(spec: AttrSpec, value: Any, *, what: str, package: str, repo: str = "") -> Any:
     """Check one attribute value against its spec and convert labels; ValueError says why."""
     kind = spec.kind
@@ -225,6 +232,7 @@ def convert_attr(spec: AttrSpec, value: Any, *, what: str, package: str, repo: s
         )
 
     def label(text: Any) -> Label:
+        text = label_text(text)
         if not isinstance(text, str):
             raise bad("a label string like ':name' or '//pkg:name'")
         try:
@@ -316,6 +324,10 @@ def check_attrs(
     out: dict[str, Any] = {}
     for name, value in given.items():
         spec = specs.get(name)
+        if spec is not None and isinstance(value, dict) and "_rbs_computed" in value:
+            # A computed default (prelude.rbs's rule()): private attributes take these.
+            out[name] = convert_attr(spec, value["_rbs_computed"], what=what, package=package)
+            continue
         if spec is not None and name.startswith("_"):
             raise ValueError(
                 f"attribute {name!r} of {rule.kind} is private (it starts with '_'); it keeps its default"
@@ -338,9 +350,9 @@ def check_attrs(
             repo = rule.module.repo
             pkg = rule.module.package
             if spec.kind == "label":
-                default = parse_label(default, package=pkg, repo=repo)
+                default = parse_label(label_text(default), package=pkg, repo=repo)
             else:
-                default = [parse_label(x, package=pkg, repo=repo) for x in default]
+                default = [parse_label(label_text(x), package=pkg, repo=repo) for x in default]
         elif isinstance(default, (list, dict)):
             default = type(default)(default)
         out[name] = default

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import starlark as sl
 
-from rbs.build.labels import Label
+from rbs.build.labels import Label, parse_label
 
 # Starlark's own library, the same for both kinds of file.
 GLOBALS = sl.Globals.extended_by(
@@ -97,11 +97,10 @@ def _ignored_licenses(*args: Any, **kwargs: Any) -> None:
     """licenses([...]): accepted for Bazel compatibility."""
 
 
-def _no_select(*args: Any, **kwargs: Any) -> Any:
-    raise ValueError(
-        "select() is not supported by rbs yet; give the attribute a plain value "
-        "(or choose it in a macro in a .rbs file)"
-    )
+def _parse_label_in(module: Label, text: str) -> list[str]:
+    """Label("...") in `module`: [repo, package, name] (compat.rbs makes the value)."""
+    lab = parse_label(text, package=module.package, repo=module.repo)
+    return [lab.repo, lab.package, lab.name]
 
 
 def _job_spec(**kw: Any) -> dict[str, Any]:
@@ -134,7 +133,7 @@ BUILD_BUILTINS: Mapping[str, Bind] = MappingProxyType(
         "package": _fixed(_ignored),
         "licenses": _fixed(_ignored_licenses),
         "package_group": _fixed(_ignored),
-        "select": _fixed(_no_select),
+        "_rbs_parse_label": lambda host, module: functools.partial(_parse_label_in, module),
     }
 )
 
@@ -149,6 +148,7 @@ RBS_BUILTINS: Mapping[str, Bind] = MappingProxyType(
         "_rbs_package_name": lambda host, module: host.package_name,
         "_rbs_exports_files": lambda host, module: host.exports_files,
         "_rbs_job_spec": _fixed(_job_spec),
+        "_rbs_parse_label": lambda host, module: functools.partial(_parse_label_in, module),
         "_rbs_declare": _declare,
         "_rbs_action": _action,
         "_rbs_expand": _expand,
@@ -165,6 +165,10 @@ NATIVES = (
     "py_binary",
     "py_library",
     "py_test",
+    "config_setting",
+    "constraint_setting",
+    "constraint_value",
+    "platform",
 )
 
 

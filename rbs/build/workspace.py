@@ -15,6 +15,9 @@ OUT_DIR = "rbs-out"
 STATE_DIR = ".rbs"
 # Folders that never hold packages: outputs, state, VCS data, Bazel's convenience links.
 _SKIP = re.compile(r"^(?:\..*|rbs-out|bazel-.*|node_modules|__pycache__)$")
+# Files that mark a workspace root: Bazel's WORKSPACE, and bzlmod's MODULE.bazel (rbs
+# reads no module file: the rule sets its bazel_dep()s name are built into rbs).
+ROOT_FILES = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel", "REPO.bazel")
 _WS_NAME = re.compile(r"""workspace\s*\(\s*name\s*=\s*["']([A-Za-z0-9_.-]+)["']""")
 
 
@@ -28,10 +31,10 @@ def rules_root() -> Path:
 
 
 def find_root(start: Path) -> Path:
-    """The nearest folder at or above `start` holding a WORKSPACE file."""
+    """The nearest folder at or above `start` holding a WORKSPACE (or bzlmod's MODULE.bazel)."""
     cur = start.resolve()
     for d in (cur, *cur.parents):
-        if (d / "WORKSPACE").is_file() or (d / "WORKSPACE.bazel").is_file():
+        if any((d / n).is_file() for n in ROOT_FILES):
             return d
     raise BuildError(
         f"no WORKSPACE file in {cur} or any folder above it",
@@ -56,6 +59,8 @@ class Workspace:
                 m = _WS_NAME.search(p.read_text(errors="replace"))
                 if m:
                     return m.group(1)
+        if not any((self.root / n).is_file() for n in ("WORKSPACE", "WORKSPACE.bazel")):
+            return "_main"  # bzlmod's name for the main repository
         return "__main__"
 
     @property

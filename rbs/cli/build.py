@@ -62,6 +62,15 @@ def build_options(
     from rbs.cli.remote_build import remote_backend_from_context
 
     backend = remote_backend_from_context()
+    from rbs.build.select import BuildConfig
+    from rbs.cli.build_config import resolve_settings
+
+    ctx = click.get_current_context(silent=True)
+    settings = resolve_settings((ctx.info_name if ctx else None) or "build")
+    for warning in settings.warnings:
+        click.echo(f"rbs: {warning}", err=True)
+    jobs = jobs if jobs is not None else settings.jobs
+    keep_going = keep_going or bool(settings.keep_going)
     if backend is not None and jobs is None:
         jobs = 16  # remote actions wait on the cluster, not on local cores
     return BuildOptions(
@@ -70,6 +79,7 @@ def build_options(
         listener=make_progress(plain),
         backend=backend,
         output_groups=_output_groups(output_groups),
+        config=BuildConfig(defines=tuple(settings.defines), flags=tuple(settings.flags)),
     )
 
 
@@ -95,9 +105,10 @@ def _common(f: Callable[..., Any]) -> Callable[..., Any]:
         help="Build as much as possible after a failure.",
     )(f)
     f = click.option("--plain", is_flag=True, help="Plain progress lines even on a terminal.")(f)
+    from rbs.cli.build_config import config_options
     from rbs.cli.remote_build import remote_options
 
-    return remote_options(f)
+    return config_options(remote_options(f))
 
 
 def _summary(result: Any, started: float) -> None:
@@ -147,8 +158,15 @@ def build(
     except BuildError as e:
         _fail(e)
     _summary(result, started)
+    for err in result.load_errors:
+        click.echo(err.render(), err=True)
     if not result.ok:
-        click.echo(f"rbs: build failed: {len(result.report.failures)} action(s) failed", err=True)
+        failed = [f"{len(result.report.failures)} action(s) failed"] * bool(
+            result.report.failures or not result.load_errors
+        )
+        if result.load_errors:
+            failed.append(f"{len(result.load_errors)} target(s) or package(s) failed to load")
+        click.echo(f"rbs: build failed: {'; '.join(failed)}", err=True)
         sys.exit(1)
     if result.graph is not None and len(result.labels) <= 20:
         for label in result.labels:
@@ -224,7 +242,9 @@ def test(
     click.echo(f"rbs: {passed} passed, {failed} failed, {len(not_run)} not run")
     if not result.labels:
         click.echo("rbs: no test targets matched", err=True)
-    if failed or not_run or (not result.ok and not result.report.tests):
+    for err in result.load_errors:
+        click.echo(err.render(), err=True)
+    if failed or not_run or result.load_errors or (not result.ok and not result.report.tests):
         sys.exit(3 if failed else 1)
 
 

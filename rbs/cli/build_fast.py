@@ -46,6 +46,8 @@ def main(argv: list[str]) -> int | None:
             from rbs.build.workspace import find_root
 
             root = find_root(Path.cwd())
+            if (root / ".bazelrc").exists():
+                return None  # its options may change the request: the full command reads them
             rel = Path.cwd().resolve().relative_to(root).as_posix()
             cwd = "" if rel == "." else rel
             request = request_key(

@@ -303,12 +303,16 @@ def test_output_clashing_with_a_source_file(make_ws: MakeWs) -> None:
     )
 
 
-def test_select_is_refused_clearly(make_ws: MakeWs) -> None:
+def test_select_without_a_matching_condition_names_the_attribute_and_line(
+    make_ws: MakeWs,
+) -> None:
     e = error_of(
         make_ws(
             {
-                "p/BUILD": 'genrule(name = "g", outs = ["o"], cmd = select({"//conditions:default": "x"}))\n'
+                "p/BUILD": 'config_setting(name = "c", define_values = {"m": "1"})\n'
+                'genrule(name = "g", outs = ["o"], cmd = select({":c": "x"}))\n'
             }
         )
     )
-    assert "select() is not supported" in e.message and str(e.location).startswith("p/BUILD:1")
+    assert 'attribute "cmd" in genrule //p:g' in e.message and "//p:c" not in e.message
+    assert str(e.location).startswith("p/BUILD:2")

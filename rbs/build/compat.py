@@ -1,0 +1,48 @@
+"""Bazel's Label, Target and select() for Starlark files: compat.rbs and source lowering.
+
+`compat.rbs` defines the values and helpers; `rbs.build.lower` rewrites the operations
+on them that Starlark cannot be taught. `.rbs`/`.bzl` modules are always lowered; a
+BUILD file only when it uses select() or Label(), so plain BUILD files cost nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Any
+
+import starlark as sl
+
+from rbs.build.lower import lower, private_names
+from rbs.build.starlark_env import RBS_DIALECT, prelude_text
+
+COMPAT_NAME = "<rbs compat>"
+
+
+@functools.cache
+def compat_text() -> str:
+    return resources.files("rbs.build").joinpath("compat.rbs").read_text()
+
+
+@functools.cache
+def compat_ast() -> Any:
+    """compat.rbs, parsed once per process."""
+    return sl.parse(COMPAT_NAME, compat_text(), RBS_DIALECT)
+
+
+@functools.cache
+def _reserved() -> frozenset[str]:
+    return private_names(prelude_text()) | private_names(compat_text())
+
+
+def lower_module(text: str) -> str:
+    """A `.rbs`/`.bzl` module's text, lowered (see rbs.build.lower)."""
+    return lower(text, reserved=_reserved())
+
+
+def lower_build(text: str) -> tuple[str, bool]:
+    """(a BUILD file's text to evaluate, whether it needs compat.rbs)."""
+    uses_select = "select" in text
+    if not uses_select and "Label" not in text:
+        return text, False
+    return lower(text, reserved=_reserved(), add=uses_select), True
