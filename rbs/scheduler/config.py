@@ -50,6 +50,10 @@ class SchedulerConfig:
     max_array_size: int = 1_000_000
     # How many blocked jobs per pass hold a reservation against skip-ahead.
     reservation_depth: int = 4
+    # How many jobs of distinct task shapes a pass may find unable to start before it
+    # stops (Slurm's default_queue_depth): what bounds a pass over a deep queue of many
+    # shapes. Jobs of a shape already seen failing in the pass cost nothing.
+    pass_depth: int = 100
     # Run every pass's invariant checks (tests, simulations); costs O(state) per step.
     validate: bool = False
     # False (the default): journal commits are WAL writes without an fsync each, which
@@ -73,6 +77,8 @@ class SchedulerConfig:
         object.__setattr__(self, "queue_names", names)
         if self.heartbeat_timeout <= 0 or self.age_interval <= 0:
             raise ValueError("heartbeat_timeout and age_interval must be positive")
+        if self.pass_depth < 1:
+            raise ValueError(f"pass_depth {self.pass_depth} must be at least 1")
 
     def queue(self, name: str) -> QueueConfig | None:
         for q in self.queues:
@@ -118,7 +124,7 @@ def load_scheduler_config(
             )
         )
     known = {"queues", "heartbeat_timeout", "age_interval", "durable"}
-    known |= {"age_max", "max_array_size", "reservation_depth", "max_child_jobs"}
+    known |= {"age_max", "max_array_size", "reservation_depth", "max_child_jobs", "pass_depth"}
     extra = sorted(set(table) - known)
     if extra:
         # A typo must not silently fall back to a default.
@@ -131,7 +137,7 @@ def load_scheduler_config(
     for key in ("heartbeat_timeout", "age_interval"):
         if key in table:
             kw[key] = float(table[key])
-    for key in ("age_max", "max_array_size", "reservation_depth", "max_child_jobs"):
+    for key in ("age_max", "max_array_size", "reservation_depth", "max_child_jobs", "pass_depth"):
         if key in table:
             kw[key] = specs.parse_count(table[key], key)
     return SchedulerConfig(
@@ -141,6 +147,7 @@ def load_scheduler_config(
         age_max=kw.get("age_max", base.age_max),
         max_array_size=kw.get("max_array_size", base.max_array_size),
         reservation_depth=kw.get("reservation_depth", base.reservation_depth),
+        pass_depth=kw.get("pass_depth", base.pass_depth),
         max_child_jobs=kw.get("max_child_jobs", base.max_child_jobs),
         validate=base.validate,
         durable=kw.get("durable", base.durable),

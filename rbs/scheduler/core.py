@@ -45,7 +45,7 @@ from rbs.scheduler.invariants import check_invariants
 from rbs.scheduler.placement import schedule
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
 from rbs.scheduler.views import JobView, QueueView, TaskView, job_view, queue_views, task_view
-from rbs.scheduler.workers import WorkerCapacity
+from rbs.scheduler.workers import Work, WorkerCapacity
 from rbs.units import format_duration
 
 log = logging.getLogger(__name__)
@@ -136,8 +136,7 @@ class Scheduler:
         elif isinstance(ev, WorkerUnreachable):
             worker = st.workers.get(ev.worker_id)
             if worker is not None and worker.reachable:
-                worker.reachable = False
-                st.workers_changed()
+                worker.reachable = False  # out of the free index until heard from again
         elif isinstance(ev, Heartbeat):
             self._seen(ev.worker_id)
         elif isinstance(ev, Tick):
@@ -186,19 +185,20 @@ class Scheduler:
             st.children[parent] = children + 1
         st.next_id += 1
         st.jobs[job.id] = job
+        st.unfinished += 1
         st.touch(job)
         lc.admit(st, job)
         return job
 
     def _check_fits(self, m: JobManifest) -> None:
-        workers = list(self._st.workers.values())
-        if not workers:
+        if not self._st.workers:
             return  # no worker has registered yet; the job waits for one
         res, lo = m.resources, m.node_range[0]
-        if sum(1 for w in workers if w.could_ever_fit(res)) >= lo:
+        if self._st.known_capable_count(res) >= lo:
             return
         from rbs.units import format_cpu, format_size
 
+        workers = list(self._st.workers.values())
         largest = max(workers, key=lambda w: (len(w.gpus), w.cpu_millis, w.memory_bytes))
         ask = (
             f"cpu {format_cpu(res.cpu_millis)}, memory {format_size(res.memory_bytes)}, "
@@ -264,7 +264,6 @@ class Scheduler:
             worker.last_seen = self._st.now
             if not worker.reachable:
                 worker.reachable = True
-                self._st.workers_changed()
                 self._st.need_pass = True
 
     def _started(self, ev: TaskStarted) -> None:
@@ -279,6 +278,7 @@ class Scheduler:
         if job.time_limit is not None:
             run.deadline = st.now + job.time_limit
             st.push_deadline(job, run)
+            st.sync_release(run)
         st.touch_run(run)
 
     def _exited(self, ev: TaskExited) -> None:
@@ -320,7 +320,8 @@ class Scheduler:
         held |= {(f.run.job_id, f.run.index, f.run.attempt, f.run.rank) for f in ev.finished}
         worker = st.workers.get(ev.worker_id)
         if worker is None:
-            worker = st.workers[ev.worker_id] = WorkerCapacity(rec, st.now)
+            worker = WorkerCapacity(rec, st.now)
+            st.add_worker(worker)
         else:
             self._check_shrink([n for k, n in worker.allocs.items() if k in held], rec)
             for key in list(worker.allocs):
@@ -330,10 +331,12 @@ class Scheduler:
                         lc.node_lost(st, run, key[3])
                     else:
                         worker.release(key)
+            st.count_worker(worker, -1, known=True)
             worker.reconfigure(rec)
+            st.count_worker(worker, 1, known=True)
         worker.last_seen = st.now
         worker.reachable = True
-        st.workers_changed()
+        st.watch(worker)
         st.dirty_workers[worker.worker_id] = worker
         st.need_pass = True
         for ref in ev.running:
@@ -359,9 +362,8 @@ class Scheduler:
     def _tick(self) -> None:
         st = self._st
         now = st.now
-        for worker in list(st.workers.values()):
-            if worker.alive and now - worker.last_seen > self.config.heartbeat_timeout:
-                lc.worker_lost(st, worker)
+        for worker in st.silent_workers(self.config.heartbeat_timeout):
+            lc.worker_lost(st, worker)
         while st.deadlines and st.deadlines[0][0] <= now:
             deadline, job_id, raw, attempt = heapq.heappop(st.deadlines)
             run = st.jobs[job_id].runs.get(raw)
@@ -412,10 +414,11 @@ class Scheduler:
         st.now = now
         st.ready.advance(now)
         for wrec in workers:
-            st.workers[wrec.worker_id] = WorkerCapacity(wrec, now)
+            st.add_worker(WorkerCapacity(wrec, now))
         for jrec in sorted(jobs, key=lambda r: r.job_id):
             st.jobs[jrec.job_id] = Job.from_record(jrec)
             st.next_id = max(st.next_id, jrec.job_id + 1)
+            st.unfinished += not jrec.state.terminal
             if jrec.parent is not None:
                 st.children[jrec.parent] = st.children.get(jrec.parent, 0) + 1
         for trec in tasks:
@@ -428,6 +431,7 @@ class Scheduler:
                 st.push_deadline(job, run)
             for node in run.live_nodes:
                 st.workers[node.worker_id].adopt(run.node_key(node.rank), node)
+            st.sync_release(run)
         for job in st.jobs.values():
             if not job.state.terminal:
                 reason = job.reason
@@ -482,5 +486,10 @@ class Scheduler:
         return queue_views(self._st)
 
     def has_unfinished_jobs(self) -> bool:
-        """Whether any job is not yet in a terminal state (O(jobs); for simulations)."""
-        return any(not j.state.terminal for j in self._st.jobs.values())
+        """Whether any job is not yet in a terminal state (a count kept as jobs end)."""
+        return self._st.unfinished > 0
+
+    @property
+    def work(self) -> Work:
+        """The core's operation counters (what decisions cost, counted, never timed)."""
+        return self._st.work

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from rbs.model import JobState
+from rbs.scheduler.policy import breakdown
 from rbs.scheduler.state import InvariantError, SchedState
 
 
@@ -32,6 +34,7 @@ def check_invariants(st: SchedState) -> None:
         else:
             _require(not job.runs and pool.pending == 0, f"job {job.id} ended with tasks left")
         ready = bool(pool.pending) and job.eligible_time is not None and not job.state.terminal
+        ready = ready and (throttle is None or len(job.runs) < throttle)
         _require(ready == (job.id in st.ready), f"job {job.id}: ready={ready} but queue disagrees")
         for raw, run in job.runs.items():
             _require(run.state is JobState.RUNNING, f"run {run.key} active but {run.state.value}")
@@ -75,6 +78,38 @@ def check_invariants(st: SchedState) -> None:
         ports = [n.master_port for n in nodes if n.master_port is not None]
         _require(len(ports) == len(set(ports)), f"worker {wid}: a master port is used twice")
     _require(not expected, f"runs placed on unknown workers: {sorted(expected)}")
+    check_indexes(st)
+
+
+def check_indexes(st: SchedState) -> None:
+    """The incremental structures agree with a recomputation from scratch."""
+    free = sorted(
+        (len(w.free_gpus), w.free_cpu, w.free_mem, w.free_slots, w.seq)
+        for w in st.workers.values()
+        if w.alive and w.reachable and w.free_slots > 0
+    )
+    _require(st.free.keys() == free, "the free index differs from the workers' free amounts")
+    runs = [r for j in st.jobs.values() for r in j.runs.values()] + list(st.draining.values())
+    want = {r.key: st.release_time(r) for r in runs if r.live_nodes}
+    want = {k: t for k, t in want.items() if t != math.inf}
+    _require(
+        st.releases.keys() == set(want)
+        and all(st.releases.time_of(k) == t for k, t in want.items()),
+        "the release calendar differs from the runs' deadlines",
+    )
+    unfinished = sum(1 for j in st.jobs.values() if not j.state.terminal)
+    _require(
+        st.unfinished == unfinished, f"{st.unfinished} unfinished jobs counted, {unfinished} exist"
+    )
+    at = st.ready.epoch * st.config.age_interval
+    order = st.ready.order()
+    ranked = sorted(
+        order, key=lambda j: (-breakdown(st.config, j, at).total, j.eligible_time, j.id)
+    )
+    _require(order == ranked, "the ready queue is not in priority order")
+    for res, n in st.capable_snapshot().items():
+        real = sum(1 for w in st.workers.values() if w.alive and w.could_ever_fit(res))
+        _require(n == real, f"{n} workers counted as able to hold {res}, {real} are")
 
 
 def _require(ok: bool, message: str) -> None:

@@ -58,9 +58,17 @@ def admit(st: SchedState, job: Job) -> None:
     sync_ready(st, job)
 
 
+def is_ready(job: Job) -> bool:
+    """Eligible, with tasks to start, and not held by its array's `%N` throttle."""
+    if not job.pool.pending or job.eligible_time is None or job.state.terminal:
+        return False
+    throttle = job.manifest.array.throttle if job.manifest.array is not None else None
+    return throttle is None or len(job.runs) < throttle
+
+
 def sync_ready(st: SchedState, job: Job) -> None:
-    """Keep the ready queue holding exactly the eligible jobs with tasks to start."""
-    if job.pool.pending and job.eligible_time is not None and not job.state.terminal:
+    """Keep the ready queue holding exactly the ready jobs (`is_ready`)."""
+    if is_ready(job):
         if job.id not in st.ready:
             st.ready.add(job)
             st.need_pass = True
@@ -111,11 +119,12 @@ def start_run(st: SchedState, job: Job, placement: list[WorkerCapacity]) -> Run:
         run.deadline = st.now + job.time_limit
         st.push_deadline(job, run)
     job.runs[raw] = run
+    st.sync_release(run)
     st.pass_starts += 1
     job.attempts = max(job.attempts, attempt)
     job.workers = tuple(w.worker_id for w in placement)
     st.touch_run(run)
-    if not job.pool.pending:
+    if not is_ready(job):
         st.ready.discard(job.id)
     st.refresh(job)
     _emit_starts(st, job, run, placement)
@@ -174,6 +183,7 @@ def stop_run(st: SchedState, run: Run, reason: KillReason) -> None:
     if run.ending in final or (run.ending is not None and reason not in final):
         return  # a cancel or timeout already decided how this run ends
     run.ending = reason
+    st.sync_release(run)
     st.touch_run(run)
     for node in run.live_nodes:
         st.kill(run, node, reason)
@@ -187,6 +197,7 @@ def release_node(st: SchedState, run: Run, rank: int) -> None:
     if worker is not None:
         worker.release(run.node_key(rank))
     run.mark_exited(rank)
+    st.sync_release(run)
     st.touch_run(run)
     st.need_pass = True
 
@@ -242,6 +253,7 @@ def end_run(
     """Close a run with `state`; then retry, requeue, or count the task as finished."""
     raw = job.raw_of(run.index)
     del job.runs[raw]
+    st.sync_release(run)
     run.state = state
     run.end_time = st.now
     st.touch_run(run)
@@ -288,8 +300,8 @@ def settle_draining(st: SchedState, run: Run) -> None:
 
 def worker_lost(st: SchedState, worker: WorkerCapacity) -> None:
     log.info("worker %s lost with %d running nodes", worker.worker_id, len(worker.allocs))
+    st.count_worker(worker, -1)
     worker.alive = False
-    st.workers_changed()
     st.dirty_workers[worker.worker_id] = worker
     for key in list(worker.allocs):
         run = find_run(st, key[0], key[1], key[2])

@@ -4,11 +4,19 @@ Jobs are examined highest priority first. A job that cannot start gets a reserva
 (up to `reservation_depth` per pass): the workers where it will fit soonest, judged by
 the time limits of what runs there. Lower-priority jobs may use a reserved worker only
 if their own time limit ends before that moment (backfill), so skipping ahead never
-delays the blocked job. Without time limits there is no backfill onto reserved workers.
+delays the blocked job. Without time limits there is no time to promise: such a job
+holds no workers (as in Slurm, backfill needs time limits).
 
-A pass stops early once no worker could take anything, so a pass costs O(starts +
-examined jobs x workers), not O(all pending tasks). Jobs the pass did not reach read as
-pending for `Priority` (someone ahead of them is waiting) in views.
+What a decision costs (docs/design/scheduler-scale.md):
+- placement asks the free index (`FreeIndex`): O(log W + workers walked), never a
+  scan of every worker;
+- a reservation walks the release calendar from the earliest release and stops at
+  the first workers that fit: O(releases before the reserved start);
+- the pass walks the ready queue by task shape: once a job of a shape fails, the
+  shape is closed for the pass and its other jobs are never looked at, and the pass
+  stops after `pass_depth` failed shapes (Slurm's `default_queue_depth`) or as soon as
+  no free slot is left open. Jobs it did not reach read as pending for `Priority` (or
+  for their shape's reason) in views.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ import math
 
 from rbs.model import Resources
 from rbs.scheduler.lifecycle import start_run
-from rbs.scheduler.policy import Shape, dominates, shape_of
+from rbs.scheduler.policy import Shape
+from rbs.scheduler.releases import STOPPING
 from rbs.scheduler.state import Job, SchedState
 from rbs.scheduler.workers import WorkerCapacity
 
@@ -32,156 +41,168 @@ def schedule(st: SchedState) -> None:
 
 
 class Pass:
-    """The per-pass bookkeeping: reservations, shapes known not to fit, cached estimates.
+    """The per-pass bookkeeping: reservations and the shapes found not to fit.
 
     Capacity only shrinks during a pass (starts, reservations), so a task shape that
-    failed once fails for the rest of the pass, and so does every shape at least as big.
-    `open_shapes` holds the queue's shapes not yet ruled out; the pass ends when it is
-    empty or no worker has room left.
+    failed once fails for the rest of the pass.
     """
 
     def __init__(self, st: SchedState) -> None:
         self.st = st
         self.reserved: dict[str, float] = {}
         self.reservations = 0
-        self.open_shapes = self._feasible(st)
         self.blocked: dict[Shape, str] = {}
-        self.failed: list[tuple[Shape, str]] = []
+        self.closed: set[Shape] = set()
         self.unreservable: set[tuple[Resources, int]] = set()
-        self.releases: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
-
-    @staticmethod
-    def _feasible(st: SchedState) -> set[Shape]:
-        """The queue's shapes that fit the largest free amounts: a cheap superset of what can start."""
-        cpu = mem = gpus = slots = 0
-        for w in st.workers.values():
-            if w.alive and w.reachable and w.free_slots > 0:
-                cpu = max(cpu, w.free_cpu)
-                mem = max(mem, w.free_mem)
-                gpus = max(gpus, len(w.free_gpus))
-                slots += 1
-        return {
-            s
-            for s in st.ready.shapes
-            if s[0] <= cpu and s[1] <= mem and s[2] <= gpus and s[3] <= slots
-        }
 
     def run(self) -> None:
         st = self.st
-        blocked = self.blocked
-        for job in st.ready:
-            job.eval_pass = st.pass_no
-            why = blocked.get(job.shape) if not job.runs else None
-            if why is not None:
-                # Fast path for deep queues: its shape is already known not to fit.
-                known = "Priority" if self.reserved and why != "ReqNodeNotAvail" else why
-                if job.reason != known:
-                    st.set_state(job, job.state, known)
-                continue
-            allocated = len(self.reserved), st.pass_starts
-            reason = self.fill(job)
-            if reason is None:
-                continue
-            depth_left = self.reservations < st.config.reservation_depth
-            if reason == "Resources" and depth_left and self.reserve(job):
-                self.reservations += 1
-            if job.reason != reason:
-                st.set_state(job, job.state, reason)
-            if not self.open_shapes:
-                break
-            if allocated != (len(self.reserved), st.pass_starts) and not _capacity_left(
-                st, self.reserved
-            ):
-                break
+        failures = 0
+        walk = st.ready.walk(self.closed)
+        try:
+            for job, first in walk:
+                if first:
+                    st.work.shapes_examined += 1
+                st.work.jobs_examined += 1
+                job.eval_pass = st.pass_no
+                allocated = len(self.reserved), st.pass_starts
+                reason = self.fill(job)
+                if reason is None or reason == "JobArrayTaskLimit":
+                    if job.reason != reason and reason is not None:
+                        st.set_state(job, job.state, reason)
+                    continue  # its shape stays open: the next job of that shape may start
+                self.closed.add(job.shape)
+                depth_left = self.reservations < st.config.reservation_depth
+                if reason == "Resources" and depth_left and self.reserve(job):
+                    self.reservations += 1
+                if job.reason != reason:
+                    st.set_state(job, job.state, reason)
+                failures += 1
+                if failures >= st.config.pass_depth or not len(st.free):
+                    break
+                if allocated != (len(self.reserved), st.pass_starts) and not self.room_left():
+                    break
+        finally:
+            walk.close()
+        st.last_blocked = self.blocked
+        st.last_reserved = bool(self.reserved)
 
     def fill(self, job: Job) -> str | None:
         """Start as many of the job's tasks as fit; the pending reason for the rest, if any."""
         st = self.st
         throttle = job.manifest.array.throttle if job.manifest.array is not None else None
-        shape = shape_of(job)
         while job.pool.pending:
             if throttle is not None and len(job.runs) >= throttle:
                 return "JobArrayTaskLimit"
-            if shape not in self.open_shapes:
-                why = self.blocked.get(shape)
-                if why is None:
-                    # Ruled out up front (nothing has that much free). Behind a failed
-                    # smaller shape it waits on that one; otherwise it failed itself.
-                    behind = next((w for f, w in self.failed if dominates(shape, f)), None)
-                    if behind is None:
-                        return self.fail(job, shape, placeable=False)
-                    why = self.blocked[shape] = behind
-                return "Priority" if self.reserved and why != "ReqNodeNotAvail" else why
             placement = place(st, job, self.reserved)
             if placement is None:
-                return self.fail(job, shape)
+                return self.fail(job)
             start_run(st, job, placement)
         return None
 
-    def fail(self, job: Job, shape: Shape, placeable: bool = True) -> str:
-        """Record that `shape` cannot start now, nor anything at least as big."""
-        why = self.diagnose(job, placeable)
-        for other in [s for s in self.open_shapes if dominates(s, shape)]:
-            self.open_shapes.discard(other)
-            self.blocked[other] = why
-        self.blocked[shape] = why
-        self.failed.append((shape, why))
+    def fail(self, job: Job) -> str:
+        """Record that the job's shape cannot start now, for the rest of the pass."""
+        why = self.diagnose(job)
+        self.blocked[job.shape] = why
         return why
 
-    def diagnose(self, job: Job, placeable: bool = True) -> str:
+    def diagnose(self, job: Job) -> str:
         st = self.st
         res = job.manifest.resources
         lo = job.manifest.node_range[0]
         if st.capable_count(res) < lo:
             return "ReqNodeNotAvail"  # the workers that could run it are down or absent
-        if placeable and self.reserved and place(st, job, {}) is not None:
+        if self.reserved and place(st, job, {}) is not None:
             return "Priority"  # it would fit, but on resources promised to a job ahead of it
         return "Resources"
 
     def reserve(self, job: Job) -> bool:
-        """Promise the workers where the job fits soonest to it, as of that time."""
+        """Promise the workers where the job fits soonest to it, as of that time.
+
+        Workers that fit now come first (a gang may have some), then the release
+        calendar is walked in time order, adding each release to its worker's free
+        amounts, until `lo` workers fit; releases at the same moment are taken
+        together and their workers chosen by id. With fewer than `lo` workers freed by
+        time limits, the job holds nothing: no promise can be made.
+        """
         st = self.st
         res = job.manifest.resources
         lo = job.manifest.node_range[0]
         if (res, lo) in self.unreservable:
             return False
-        times = sorted(
-            (self.available_at(w, res), w.worker_id)
-            for w in st.workers.values()
-            if w.alive
-            and w.reachable
-            and w.worker_id not in self.reserved
-            and w.could_ever_fit(res)
-        )
-        if len(times) < lo:
-            self.unreservable.add((res, lo))  # only more reservations can follow
+        chosen: list[tuple[float, str]] = []
+        taken: set[str] = set()
+        for w in st.free.fitting(res):
+            if w.worker_id not in self.reserved:
+                chosen.append((st.now, w.worker_id))
+                taken.add(w.worker_id)
+                if len(chosen) >= lo:
+                    break
+        if len(chosen) < lo:
+            self._walk_releases(res, lo, chosen, taken)
+        if len(chosen) < lo:
+            eligible = st.capable_count(res) - sum(
+                1 for wid in self.reserved if st.workers[wid].could_ever_fit(res)
+            )
+            if eligible < lo:
+                self.unreservable.add((res, lo))  # only more reservations can follow
             return False
-        chosen = times[:lo]
-        at = chosen[-1][0]  # a gang starts when its last node is free
-        for _, worker_id in chosen:
+        at = max(t for t, _ in chosen[:lo])  # a gang starts when its last node is free
+        for _, worker_id in chosen[:lo]:
             self.reserved[worker_id] = at
         return True
 
-    def available_at(self, w: WorkerCapacity, res: Resources) -> float:
-        """When `res` will be free on `w` if everything there runs to its time limit."""
-        cpu, mem, gpus, slots = w.free_cpu, w.free_mem, len(w.free_gpus), w.free_slots
+    def _walk_releases(
+        self, res: Resources, lo: int, chosen: list[tuple[float, str]], taken: set[str]
+    ) -> None:
+        st = self.st
+        work = st.work
         need_cpu, need_mem, need_gpus = res.cpu_millis, res.memory_bytes, res.gpus
-        if cpu >= need_cpu and mem >= need_mem and gpus >= need_gpus and slots >= 1:
-            return self.st.now
-        # Allocations are only added during a pass, so their count versions the cache.
-        version = (w.worker_id, len(w.allocs))
-        releases = self.releases.get(version)
-        if releases is None:
-            releases = sorted(
-                (self.st.node_deadline(k), n.cpu_millis, n.memory_bytes, len(n.gpus))
-                for k, n in w.allocs.items()
-            )
-            self.releases[version] = releases
-        for end, c, m, g in releases:
-            cpu, mem, gpus, slots = cpu + c, mem + m, gpus + g, slots + 1
-            if cpu >= need_cpu and mem >= need_mem and gpus >= need_gpus and slots >= 1:
-                return end
-        return INF
+        acc: dict[str, list[int]] = {}
+        group: list[str] = []
+        group_time = -INF
+        for time, run in st.releases.walk():
+            at = st.now if time == STOPPING or time < st.now else time
+            if at != group_time:
+                if group:
+                    chosen.extend((group_time, wid) for wid in sorted(group))
+                    group = []
+                    if len(chosen) >= lo:
+                        return
+                group_time = at
+            for node in run.live_nodes:
+                work.allocations_visited += 1
+                wid = node.worker_id
+                if wid in taken or wid in self.reserved:
+                    continue
+                w = st.workers[wid]
+                if not (w.alive and w.reachable and w.could_ever_fit(res)):
+                    continue
+                free = acc.get(wid)
+                if free is None:
+                    free = acc[wid] = [w.free_cpu, w.free_mem, len(w.free_gpus), w.free_slots]
+                free[0] += node.cpu_millis
+                free[1] += node.memory_bytes
+                free[2] += len(node.gpus)
+                free[3] += 1
+                if (
+                    free[0] >= need_cpu
+                    and free[1] >= need_mem
+                    and free[2] >= need_gpus
+                    and free[3] >= 1
+                ):
+                    taken.add(wid)
+                    group.append(wid)
+        chosen.extend((group_time, wid) for wid in sorted(group))
+
+    def room_left(self) -> bool:
+        """Whether any later job could still start: a free slot unreserved or open to backfill."""
+        st = self.st
+        closed = 0
+        for wid, until in self.reserved.items():
+            if st.workers[wid] in st.free and not st.now < until < INF:
+                closed += 1
+        return len(st.free) > closed
 
 
 def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCapacity] | None:
@@ -189,41 +210,22 @@ def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCa
     res = job.manifest.resources
     lo, hi = job.manifest.node_range
     limit_end = st.now + job.time_limit if job.time_limit is not None else INF
-    cpu, mem, gpus = res.cpu_millis, res.memory_bytes, res.gpus
     fits: list[WorkerCapacity] = []
-    # The hot loop of every pass: the checks of WorkerCapacity.fits, inlined.
-    for w in st.workers.values():
-        if (
-            w.free_slots < 1
-            or w.free_cpu < cpu
-            or w.free_mem < mem
-            or len(w.free_gpus) < gpus
-            or not (w.alive and w.reachable)
-        ):
-            continue
+    head: WorkerCapacity | None = None
+    for w in st.free.fitting(res):
         if reserved:
             until = reserved.get(w.worker_id)
             if until is not None and limit_end > until:
                 continue
+        if hi == 1:
+            return [w]
         fits.append(w)
-    if len(fits) < lo:
-        return None
-    if hi == 1:
-        return [fits[0] if len(fits) == 1 else min(fits, key=lambda w: w.leftover(res))]
-    fits.sort(key=lambda w: w.leftover(res))
-    # Rank 0 hosts the rendezvous, so it needs a free master port on its worker.
-    head = next((w for w in fits if w.fits(res, port=True)), None)
-    if head is None:
+        # Rank 0 hosts the rendezvous, so it needs a free master port on its worker.
+        if head is None and w.fits(res, port=True):
+            head = w
+        if head is not None and len(fits) >= hi:
+            break
+    if len(fits) < lo or head is None:
         return None
     rest = [w for w in fits if w is not head][: hi - 1]
     return [head, *rest]
-
-
-def _capacity_left(st: SchedState, reserved: dict[str, float]) -> bool:
-    """Whether any later job could still start: a free slot unreserved or open to backfill."""
-    for w in st.workers.values():
-        if w.alive and w.reachable and w.free_slots > 0:
-            until = reserved.get(w.worker_id)
-            if until is None or st.now < until < INF:
-                return True
-    return False

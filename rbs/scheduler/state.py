@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 
 from rbs.model import TERMINAL_STATES, UNKNOWN_USER, JobManifest, JobState, KillReason, Resources
 from rbs.scheduler.arrays import TaskPool
@@ -23,8 +24,10 @@ from rbs.scheduler.instructions import (
     Start,
     TaskRecord,
 )
-from rbs.scheduler.policy import ReadyQueue, compute_shape
-from rbs.scheduler.workers import NodeKey, WorkerCapacity
+from rbs.scheduler.policy import Shape, compute_shape
+from rbs.scheduler.ready import ReadyQueue
+from rbs.scheduler.releases import STOPPING, ReleaseCalendar
+from rbs.scheduler.workers import FreeIndex, NodeKey, Work, WorkerCapacity
 
 RunKey = tuple[int, int | None, int]  # job id, index, attempt
 
@@ -272,8 +275,19 @@ class SchedState:
         self.now = 0.0
         self.jobs: dict[int, Job] = {}
         self.workers: dict[str, WorkerCapacity] = {}
+        self.work = Work()
+        self.free = FreeIndex(self.work)  # workers with a free slot, in best-fit order
+        self.releases: ReleaseCalendar[Run] = ReleaseCalendar()
+        # Heartbeat deadlines: (last seen when filed, worker id), one entry per live worker.
+        self.silence: list[tuple[float, str]] = []
+        self._silence_filed: set[str] = set()
+        self.unfinished = 0  # jobs not in a terminal state
         self.next_id = 1
         self.ready: ReadyQueue[Job] = ReadyQueue(config)
+        # What the last pass learnt of the shapes it closed, for the views of the jobs
+        # it did not reach: shape -> pending reason, and whether it reserved workers.
+        self.last_blocked: dict[Shape, str] = {}
+        self.last_reserved = False
         self.dependents: dict[int, list[int]] = {}
         self.begin_heap: list[tuple[float, int]] = []
         self.deadlines: list[tuple[float, int, int, int]] = []  # deadline, job, raw index, attempt
@@ -282,21 +296,73 @@ class SchedState:
         self.need_pass = True
         self.pass_no = 0
         self.pass_starts = 0  # runs started, ever: lets a pass see that capacity changed
-        # How many live workers could ever hold a request; valid until a worker comes or goes.
+        # How many live (and how many known) workers could ever hold a request; kept up to
+        # date as workers come, go or change size, for each request asked about once.
         self._capable: dict[Resources, int] = {}
+        self._known: dict[Resources, int] = {}
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_runs: dict[RunKey, Run] = {}
         self.dirty_workers: dict[str, WorkerCapacity] = {}
         self.actions: list[Accepted | Rejected | Start | Kill] = []
 
-    def workers_changed(self) -> None:
-        self._capable.clear()
+    def add_worker(self, worker: WorkerCapacity) -> None:
+        """File a new worker: its index entry, capability counts and heartbeat deadline."""
+        worker.seq = len(self.workers)
+        self.workers[worker.worker_id] = worker
+        worker.index = self.free
+        self.free.update(worker)
+        self.count_worker(worker, 1, known=True)
+        self.watch(worker)
+
+    def count_worker(self, worker: WorkerCapacity, sign: int, known: bool = False) -> None:
+        """Add (1) or take (-1) a worker's part in the capability counts; call around changes."""
+        for res in self._capable:
+            if worker.alive and worker.could_ever_fit(res):
+                self._capable[res] += sign
+        if known:
+            for res in self._known:
+                if worker.could_ever_fit(res):
+                    self._known[res] += sign
+
+    def watch(self, worker: WorkerCapacity) -> None:
+        """Make sure a live worker's silence is checked by `Tick`."""
+        if worker.alive and worker.worker_id not in self._silence_filed:
+            self._silence_filed.add(worker.worker_id)
+            heapq.heappush(self.silence, (worker.last_seen, worker.worker_id))
+
+    def silent_workers(self, timeout: float) -> list[WorkerCapacity]:
+        """Live workers not heard from for more than `timeout`; O(log W) per worker checked."""
+        lost = []
+        while self.silence and self.now - self.silence[0][0] > timeout:
+            _, wid = heapq.heappop(self.silence)
+            self._silence_filed.discard(wid)
+            worker = self.workers[wid]
+            if not worker.alive:
+                continue
+            if self.now - worker.last_seen > timeout:
+                lost.append(worker)
+            else:
+                self.watch(worker)
+        return lost
 
     def capable_count(self, res: Resources) -> int:
+        """Live workers that could ever hold `res`."""
         n = self._capable.get(res)
         if n is None:
             n = sum(1 for w in self.workers.values() if w.alive and w.could_ever_fit(res))
             self._capable[res] = n
+        return n
+
+    def capable_snapshot(self) -> dict[Resources, int]:
+        """The capability counts kept so far (for the invariant checks)."""
+        return dict(self._capable)
+
+    def known_capable_count(self, res: Resources) -> int:
+        """Known workers, live or not, that could ever hold `res`."""
+        n = self._known.get(res)
+        if n is None:
+            n = sum(1 for w in self.workers.values() if w.could_ever_fit(res))
+            self._known[res] = n
         return n
 
     # ---- outbox
@@ -334,6 +400,8 @@ class SchedState:
                 raise InvariantError(
                     f"job {job.id}: illegal move {job.state.value} -> {state.value}"
                 )
+            if state.terminal:
+                self.unfinished -= 1
             job.state = state
             if state is JobState.RUNNING and job.start_time is None:
                 job.start_time = self.now
@@ -372,12 +440,18 @@ class SchedState:
                 self.deadlines, (run.deadline, job.id, job.raw_of(run.index), run.attempt)
             )
 
-    def node_deadline(self, key: NodeKey) -> float:
-        """When a node is expected to free its resources at the latest (inf if unknown)."""
-        job = self.jobs.get(key[0])
-        run = job.runs.get(Job.raw_of(key[1])) if job else None
-        if run is None or run.attempt != key[2]:
-            return self.now  # draining: already told to stop
+    def release_time(self, run: Run) -> float:
+        """When a run frees its nodes at the latest: its deadline, STOPPING, or inf if unknown."""
+        job = self.jobs.get(run.job_id)
+        if job is None or job.runs.get(Job.raw_of(run.index)) is not run:
+            return STOPPING  # draining: already told to stop
         if run.ending is not None:
-            return self.now
-        return run.deadline if run.deadline is not None else float("inf")
+            return STOPPING
+        return run.deadline if run.deadline is not None else math.inf
+
+    def sync_release(self, run: Run) -> None:
+        """Re-file a run in the release calendar after its deadline, ending or nodes changed."""
+        if run.live_nodes:
+            self.releases.file(run.key, run, self.release_time(run))
+        else:
+            self.releases.drop(run.key)

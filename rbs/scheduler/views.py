@@ -92,7 +92,12 @@ def pending_reason(st: SchedState, job: Job) -> str | None:
     if throttle is not None and len(job.runs) >= throttle:
         return "JobArrayTaskLimit"
     if job.id in st.ready and job.eval_pass != st.pass_no:
-        return "Priority"  # the last pass stopped before reaching it: others come first
+        # The last pass did not reach it: its shape was closed (a job of the same shape
+        # ahead of it could not start), or the pass stopped before: others come first.
+        why = st.last_blocked.get(job.shape)
+        if why is not None and not (st.last_reserved and why != "ReqNodeNotAvail"):
+            return why
+        return "Priority"
     return job.reason
 
 

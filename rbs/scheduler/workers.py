@@ -1,19 +1,111 @@
-"""Worker job-slot accounting: free resources, concrete GPU ids, rendezvous ports, best fit."""
+"""Worker job-slot accounting: free resources, concrete GPU ids, rendezvous ports, best fit.
+
+`FreeIndex` keeps the workers that could take a task now (alive, reachable, a free
+slot) sorted by free (GPUs, cpu, memory, slots), so a best-fit query is a bisect and a
+short walk instead of a scan of every worker; each `WorkerCapacity` re-files itself
+there whenever its free amounts or its liveness change.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sortedcontainers import SortedList
 
 from rbs.model import Resources
 from rbs.scheduler.instructions import NodeRecord, WorkerRecord
 
 NodeKey = tuple[int, int | None, int, int]  # job id, index, attempt, rank
+_FreeKey = tuple[int, int, int, int, int]  # free gpus, cpu, memory, slots, worker seq
+
+
+class Work:
+    """Operation counters of the core (never timings): what a decision costs, for tests and benches."""
+
+    __slots__ = ("allocations_visited", "jobs_examined", "shapes_examined", "workers_examined")
+
+    def __init__(self) -> None:
+        self.workers_examined = 0  # worker entries looked at by placement and reservation
+        self.allocations_visited = 0  # release-calendar entries walked by reservations
+        self.jobs_examined = 0  # jobs a pass tried to start
+        self.shapes_examined = 0  # distinct task shapes a pass reached
+
+    def total(self) -> int:
+        return (
+            self.workers_examined
+            + self.allocations_visited
+            + self.jobs_examined
+            + self.shapes_examined
+        )
+
+
+class FreeIndex:
+    """The workers with a free job slot, alive and reachable, in best-fit order.
+
+    Keys sort by free GPUs, then free cpu, memory and slots, then registration order:
+    for one request that is the order of least leftover, GPUs first (a CPU job takes a
+    GPU worker last). `fitting` walks one GPU level at a time from the first key with
+    enough cpu, skipping entries short of memory, so a query costs O(log W + skipped).
+    """
+
+    def __init__(self, work: Work) -> None:
+        self.work = work
+        self._keys: SortedList = SortedList()
+        self._by_seq: dict[int, WorkerCapacity] = {}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, w: WorkerCapacity) -> bool:
+        return w.ikey is not None
+
+    def update(self, w: WorkerCapacity) -> None:
+        new: _FreeKey | None = None
+        if w.alive and w.reachable and w.free_slots > 0:
+            new = (len(w.free_gpus), w.free_cpu, w.free_mem, w.free_slots, w.seq)
+        old = w.ikey
+        if old == new:
+            return
+        if old is not None:
+            self._keys.remove(old)
+        if new is None:
+            self._by_seq.pop(w.seq, None)
+        else:
+            self._keys.add(new)
+            self._by_seq[w.seq] = w
+        w.ikey = new
+
+    def fitting(self, res: Resources) -> Iterator[WorkerCapacity]:
+        """Workers where `res` fits now, best fit first; stop early for cost O(log W + walked)."""
+        need_gpus, cpu, mem = res.gpus, res.cpu_millis, res.memory_bytes
+        work, keys, by_seq = self.work, self._keys, self._by_seq
+        level = need_gpus
+        while True:
+            jump = None
+            for key in keys.irange(minimum=(level, cpu)):
+                work.workers_examined += 1
+                if key[0] != level and key[1] < cpu:
+                    jump = key[0]  # the next GPU level: restart at its first key with enough cpu
+                    break
+                level = key[0]
+                if key[2] >= mem:
+                    yield by_seq[key[4]]
+            if jump is None:
+                return
+            level = jump
+
+    def keys(self) -> list[_FreeKey]:
+        """Every key, in order (for the invariant checks)."""
+        return list(self._keys)
 
 
 class WorkerCapacity:
     """One worker's capacity and what is allocated on it, node by node."""
 
     __slots__ = (
+        "_alive",
+        "_reachable",
         "address",
-        "alive",
         "allocs",
         "cpu_millis",
         "free_cpu",
@@ -22,11 +114,13 @@ class WorkerCapacity:
         "free_slots",
         "gpus",
         "hostname",
+        "ikey",
+        "index",
         "job_slots",
         "last_seen",
         "master_ports",
         "memory_bytes",
-        "reachable",
+        "seq",
         "used_ports",
         "worker_id",
     )
@@ -36,11 +130,37 @@ class WorkerCapacity:
         self.allocs: dict[NodeKey, NodeRecord] = {}
         self.used_ports: set[int] = set()
         self.last_seen = now
+        self.index: FreeIndex | None = None  # set by the scheduler state that files it
+        self.ikey: _FreeKey | None = None
+        self.seq = 0
         # Not journaled: whether the server can reach the worker now. A worker whose
         # stream broke keeps its runs until `heartbeat_timeout` (their lease may outlive
         # the outage) but takes no new ones; a restored worker starts out reachable.
-        self.reachable = True
+        self._reachable = True
+        self._alive = rec.alive
         self.reconfigure(rec)
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    @alive.setter
+    def alive(self, value: bool) -> None:
+        self._alive = value
+        self._refile()
+
+    @property
+    def reachable(self) -> bool:
+        return self._reachable
+
+    @reachable.setter
+    def reachable(self, value: bool) -> None:
+        self._reachable = value
+        self._refile()
+
+    def _refile(self) -> None:
+        if self.index is not None:
+            self.index.update(self)
 
     def reconfigure(self, rec: WorkerRecord) -> None:
         """Take new capacity figures, keeping current allocations."""
@@ -51,12 +171,13 @@ class WorkerCapacity:
         self.gpus = rec.gpus
         self.job_slots = rec.job_slots
         self.master_ports = rec.master_ports
-        self.alive = rec.alive
+        self._alive = rec.alive
         used_gpus = {g for a in self.allocs.values() for g in a.gpus}
         self.free_gpus = [g for g in self.gpus if g not in used_gpus]
         self.free_cpu = self.cpu_millis - sum(a.cpu_millis for a in self.allocs.values())
         self.free_mem = self.memory_bytes - sum(a.memory_bytes for a in self.allocs.values())
         self.free_slots = self.job_slots - len(self.allocs)
+        self._refile()
 
     def record(self) -> WorkerRecord:
         return WorkerRecord(
@@ -137,6 +258,7 @@ class WorkerCapacity:
                 self.free_gpus.remove(g)
         if node.master_port is not None:
             self.used_ports.add(node.master_port)
+        self._refile()
 
     def release(self, key: NodeKey) -> NodeRecord | None:
         node = self.allocs.pop(key, None)
@@ -151,6 +273,7 @@ class WorkerCapacity:
             self.free_gpus = [g for g in self.gpus if g in back]
         if node.master_port is not None:
             self.used_ports.discard(node.master_port)
+        self._refile()
         return node
 
     def size_text(self) -> str:
