@@ -5,20 +5,26 @@
 
 Figures: ByteStream upload/download of one large blob (MB/s, and the server's peak
 RSS to show it streams in constant memory); FindMissingBlobs for 10,000 digests
-(ms); a small (100-byte) ByteStream Write and Read round trip (ms); and Bazel's
+(ms); a small (100-byte) ByteStream Write and Read round trip (ms); Bazel's
 clean-then-rebuild of a generated genrule workspace served from the rbs cache
-(seconds, and as a ratio to Bazel's own local build of it in the same run).
+(seconds, and as a ratio to Bazel's own local build of it in the same run); and
+Bazel's remote execution of the same genrules (`--remote_executor`, `--jobs=32`,
+`--noremote_accept_cached`, a warm Bazel server) on one worker with 2 build slots,
+with where each action's time went (the server's operation times and the worker's
+ExecutedActionMetadata, as medians per action).
 The server runs as a separate `rbs remote serve` process, as in production.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import select
 import shutil
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -153,14 +159,14 @@ class Bazel:
             raise SystemExit(f"bazel {' '.join(args)} failed:\n{r.stderr[-3000:]}")
         return r
 
-    def clean_build(self, *flags: str) -> tuple[float, str]:
+    def clean_build(self, *flags: str, strategy: str = "local") -> tuple[float, str]:
         self.run("clean")
         t = time.perf_counter()
         r = self.run(
             "build",
             "--experimental_repository_disable_download",
             "--incompatible_strict_action_env",
-            "--spawn_strategy=local",
+            f"--spawn_strategy={strategy}",
             *flags,
             "//...",
         )
@@ -205,15 +211,114 @@ def bench_bazel(port: int, tmp: Path, genrules: int, runs: int) -> None:
     )
 
 
+def _phases(db: Path) -> dict[str, float]:
+    """Median ms per action of each step, from the operations the server kept."""
+    from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+
+    steps: dict[str, list[float]] = {}
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    for created, updated, blob in con.execute(
+        "SELECT created, updated, response FROM operations WHERE response IS NOT NULL"
+    ):
+        resp = re_pb2.ExecuteResponse()
+        resp.ParseFromString(blob)
+        m = resp.result.execution_metadata
+        t = {
+            "created": created * 1e9,
+            "start": m.worker_start_timestamp.ToNanoseconds(),
+            "fetched": m.input_fetch_completed_timestamp.ToNanoseconds(),
+            "ran": m.execution_completed_timestamp.ToNanoseconds(),
+            "uploaded": m.output_upload_completed_timestamp.ToNanoseconds(),
+            "done": m.worker_completed_timestamp.ToNanoseconds(),
+            "completed": updated * 1e9,
+        }
+        if not t["start"]:
+            continue
+        names = list(t)
+        for a, b in itertools.pairwise(names):
+            steps.setdefault(f"{a}->{b}", []).append((t[b] - t[a]) / 1e6)
+    con.close()
+    return {k: statistics.median(v) for k, v in steps.items()}
+
+
+def bench_bazel_exec(tmp: Path, genrules: int, runs: int, slots: int = 2) -> None:
+    bazel_bin = shutil.which("bazel")
+    if bazel_bin is None:
+        print("bazel remote execution: bazel is not installed (make system-deps); skipped")
+        return
+    root = tmp / "exec"
+    ws = root / "ws"
+    ws.mkdir(parents=True)
+    (ws / "WORKSPACE").write_text("")
+    (ws / ".bazelrc").write_text("build --nosandbox_debug\n")
+    (ws / "BUILD").write_text(
+        "".join(
+            f'genrule(name = "x{i}", outs = ["x{i}.txt"], cmd = "echo exec {i} > $@")\n'
+            for i in range(genrules)
+        )
+    )
+    proc, port = start_server(root / "server")
+    ready = root / "worker.ready"
+    worker = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "rbs", "remote", "worker", "--server", f"127.0.0.1:{port}"),
+            *("--work-dir", str(root / "worker"), "--build-slots", str(slots)),
+            *("--ready-file", str(ready), "--log-level", "warning"),
+        ]
+    )
+    bazel = Bazel(bazel_bin, ws, root)
+    flags = (
+        f"--remote_executor=grpc://127.0.0.1:{port}",
+        "--jobs=32",
+        "--noremote_accept_cached",
+        "--remote_timeout=120",
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the worker did not register within 60 s")
+            time.sleep(0.05)
+        # Starts Bazel's server and warms both ends; not measured.
+        bazel.clean_build(*flags, strategy="remote")
+        took = []
+        for _ in range(runs):
+            seconds, summary = bazel.clean_build(*flags, strategy="remote")
+            took.append(seconds)
+            if f"{genrules} remote" not in summary:
+                raise SystemExit(f"expected {genrules} remote executions, got: {summary}")
+        phases = _phases(root / "server" / "execution.db")
+    finally:
+        subprocess.run([bazel_bin, *bazel.startup, "shutdown"], cwd=ws, env=bazel.env, timeout=120)
+        for p in (worker, proc):
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=60)
+    med = statistics.median(took)
+    print(
+        f"Bazel {genrules} genrules, remote execution on 1 worker ({slots} slots), "
+        f"--jobs=32: {med:6.2f} s median of {runs} (goal <= 5 s; {summary}; "
+        f"runs {', '.join(f'{t:.2f}' for t in took)})"
+    )
+    print(
+        "  per action, median ms: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
+        + f"; wall per action {med / genrules * 1e3:.1f} ms"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--blob-mib", type=int, default=1024, help="large blob size in MiB")
     ap.add_argument("--genrules", type=int, default=300)
     ap.add_argument("--bazel-runs", type=int, default=3)
     ap.add_argument("--no-bazel", action="store_true")
+    ap.add_argument("--exec-only", action="store_true", help="only Bazel remote execution")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rbs-bench-remote-") as tmp_name:
         tmp = Path(tmp_name)
+        if args.exec_only:
+            bench_bazel_exec(tmp, args.genrules, args.bazel_runs)
+            return
         proc, port = start_server(tmp / "server")
         try:
             target = f"grpc://127.0.0.1:{port}"
@@ -224,6 +329,7 @@ def main() -> None:
                 bench_large_blob(store, tmp, args.blob_mib, proc.pid)
             if not args.no_bazel:
                 bench_bazel(port, tmp, args.genrules, args.bazel_runs)
+                bench_bazel_exec(tmp, args.genrules, args.bazel_runs)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
