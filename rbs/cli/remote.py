@@ -38,10 +38,11 @@ async def _serve(config: object, ready_file: Path | None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, running.reload_tokens)  # the tokens file
     # The ready file comes first: whoever reads the "serving" line may look for it.
     if ready_file is not None:
         _write_ready_file(ready_file, running.port, config.server.data_dir)
-    auth = "token required" if config.server.token_file else "no auth"
+    auth = f"auth {running.parts.auth.describe()}"
     click.echo(
         f"rbs remote: serving on {config.server.host}:{running.port} "
         f"(jobs API on port {running.http_port}; data dir {config.server.data_dir}, {auth})"
@@ -73,7 +74,13 @@ async def _serve(config: object, ready_file: Path | None) -> None:
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="File holding the bearer token every call must present.",
+    help="File holding one shared bearer token; it acts as admin and as worker.",
+)
+@click.option(
+    "--tokens-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML file of token hashes, each with a user and a role (user, admin, worker); "
+    "SIGHUP reloads it. `rbs remote token add` makes entries.",
 )
 @click.option(
     "--max-cas-size",
@@ -110,6 +117,7 @@ def serve(
     port: int | None,
     data_dir: Path | None,
     token_file: Path | None,
+    tokens_file: Path | None,
     max_cas_size: str | None,
     instance_names: tuple[str, ...],
     digest_functions: tuple[str, ...],
@@ -136,6 +144,7 @@ def serve(
             port=port,
             data_dir=data_dir,
             token_file=token_file,
+            tokens_file=tokens_file,
             instance_names=instance_names or None,
             digest_functions=parse_digest_functions(digest_functions, "--digest-function")
             if digest_functions
@@ -169,3 +178,6 @@ from rbs.cli.worker import status, worker  # noqa: E402  (joins the group define
 
 remote.add_command(worker)
 remote.add_command(status)
+from rbs.cli.remote_token import token  # noqa: E402
+
+remote.add_command(token)

@@ -19,6 +19,22 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
 
+def login_name() -> str:
+    """This process's login name (printable ASCII, or "unknown"), as the client claims it."""
+    import os
+
+    name = os.environ.get("LOGNAME") or os.environ.get("USER")
+    if not name:
+        try:
+            import pwd
+
+            name = pwd.getpwuid(os.getuid()).pw_name
+        except (ImportError, KeyError):
+            name = ""
+    ok = name and name.isascii() and name.isprintable() and " " not in name
+    return name if ok else "unknown"
+
+
 class HttpError(Exception):
     """A non-2xx answer from the server, with its JSON error message."""
 
@@ -109,6 +125,8 @@ class HttpConnection:
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}"]
         if self.token:
             head.append(f"Authorization: Bearer {self.token}")
+        # Recorded on the jobs of a server without tokens, which cannot check it.
+        head.append(f"X-Rbs-User: {login_name()}")
         if body is not None:
             head.append(f"Content-Type: {ctype}")
             head.append(f"Content-Length: {len(body)}")

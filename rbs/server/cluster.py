@@ -40,8 +40,8 @@ from rbs.server.instances import Instances
 from rbs.server.job_driver import JobDriver
 from rbs.server.jobs_http import JobsApi, start_http
 from rbs.server.operations import OperationRegistry, OperationStore
+from rbs.server.tokens import ServerAuth, advertised_address, run_env, server_auth
 from rbs.server.workers_service import HubConfig, WorkerHub
-from rbs.wire.auth import read_token_file
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,7 @@ class ServerParts:
     hub: WorkerHub
     engine: ExecutionEngine
     driver: JobDriver | None
+    auth: ServerAuth
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +128,10 @@ class RunningCluster:
     @property
     def hub(self) -> WorkerHub:
         return self.parts.hub
+
+    def reload_tokens(self) -> bool:
+        """Read the tokens file again (what SIGHUP does)."""
+        return self.parts.auth.reload()
 
     @property
     def driver(self) -> JobDriver:
@@ -159,6 +164,8 @@ async def start_cluster(
         )
     data_dir = config.server.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
+    # Before the job driver makes jobs.db: a new journal gets a new run-token key.
+    auth = server_auth(config)
     async with contextlib.AsyncExitStack() as stack:
         instances = Instances(config.server.instance_names, config.server.digest_functions)
         store = open_store(config)
@@ -181,6 +188,8 @@ async def start_cluster(
         hub.start()
         stack.push_async_callback(hub.stop)
         if driver is not None:
+            auth.run_user = driver.sched.run_user
+            driver.run_env = run_env(auth, advertised_address(host, config.server.port))
             driver.start()
             stack.push_async_callback(driver.stop)
         parts = ServerParts(
@@ -192,6 +201,7 @@ async def start_cluster(
             hub=hub,
             engine=engine,
             driver=driver,
+            auth=auth,
         )
         grpc = await start_grpc(
             config,
@@ -200,15 +210,15 @@ async def start_cluster(
             instances=parts.instances,
             engine=parts.engine,
             hub=parts.hub,
+            auth=auth,
         )
         # Undoes a failed start; `stop` stops the server first, with its grace.
         stack.push_async_callback(grpc.stop, 0)
         http, http_port = None, None
         if driver is not None:
             http_port = grpc.port + 1
-            token = read_token_file(config.server.token_file) if config.server.token_file else None
             try:
-                http = await start_http(JobsApi(driver, store, token), host, http_port)
+                http = await start_http(JobsApi(driver, store, auth), host, http_port)
             except OSError as e:
                 raise OSError(
                     f"cannot serve the jobs API on {host}:{http_port} (the gRPC port + 1): {e}; "

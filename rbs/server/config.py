@@ -7,7 +7,8 @@ flags override the file:
     host = "127.0.0.1"          # "0.0.0.0" to serve workers on other machines
     port = 8980                 # 0 picks a free port
     data_dir = "/var/lib/rbs"   # CAS, action cache and other state; default $RBS_HOME/server
-    token_file = "/etc/rbs/token"
+    token_file = "/etc/rbs/token"    # one shared token: admin and worker (rbs.server.tokens)
+    tokens_file = "/etc/rbs/tokens.toml"  # users, roles and token hashes; SIGHUP reloads it
     instance_names = ["ci"]     # REAPI instance names accepted besides the default ""
     digest_functions = ["sha256", "blake3"]  # what Capabilities offers and requests may use
 
@@ -68,6 +69,7 @@ class ServerConfig:
     port: int = DEFAULT_PORT
     data_dir: Path = field(default_factory=default_data_dir)
     token_file: Path | None = None
+    tokens_file: Path | None = None
     instance_names: tuple[str, ...] = ("",)
     digest_functions: tuple[DigestFunction, ...] = (DigestFunction.SHA256, DigestFunction.BLAKE3)
 
@@ -183,7 +185,7 @@ def _convert(section: str, key: str, value: Any) -> Any:
             return parse_size(value, where)
         except SpecError as e:
             raise ConfigError(f"invalid {e}") from None
-    if key in ("data_dir", "token_file"):
+    if key in ("data_dir", "token_file", "tokens_file"):
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a path string, got {value!r}")
         return Path(value).expanduser()

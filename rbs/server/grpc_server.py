@@ -4,8 +4,8 @@ The services a server hosts are listed in one place, `SERVICES`, and added by on
 function, `add_servicers`, each servicer built on the parts it needs (the CAS, the
 action cache, the instance policy, the execution engine, the worker hub), passed in
 as arguments. This module builds none of those parts: `rbs.server.cluster` builds them,
-in order, and hands them here. With a token configured, the bearer interceptor guards
-every service alike.
+in order, and hands them here. The auth interceptor (rbs.wire.auth) guards every service,
+by the caller's roles.
 
 Message size limits are raised to the advertised batch limit plus headroom; blobs
 larger than that travel through ByteStream in chunks, in constant memory.
@@ -30,9 +30,10 @@ from rbs.server.cas_service import CasServicer
 from rbs.server.config import Config
 from rbs.server.execution import ExecutionEngine, ExecutionServicer
 from rbs.server.instances import Instances
+from rbs.server.tokens import ServerAuth
 from rbs.server.operations_service import OperationsServicer
 from rbs.server.workers_service import WorkerHub, WorkersServicer
-from rbs.wire.auth import BearerTokenInterceptor, read_token_file
+from rbs.wire.auth import AuthInterceptor
 from rbs.wire.errors import DecodingInterceptor
 
 log = logging.getLogger(__name__)
@@ -131,12 +132,13 @@ async def start_grpc(
     instances: Instances,
     engine: ExecutionEngine,
     hub: WorkerHub,
+    auth: ServerAuth,
 ) -> RunningServer:
     """Build, bind and start the gRPC server; `config.server.port` 0 picks a free port."""
-    token = read_token_file(config.server.token_file) if config.server.token_file else None
-    interceptors: list[grpc.aio.ServerInterceptor] = [DecodingInterceptor()]  # type: ignore[type-arg]
-    if token:
-        interceptors.insert(0, BearerTokenInterceptor(token))
+    interceptors: list[grpc.aio.ServerInterceptor] = [  # type: ignore[type-arg]
+        AuthInterceptor(auth.authenticate, auth.refusals),
+        DecodingInterceptor(),
+    ]
     server = grpc.aio.server(interceptors=interceptors, options=_server_options(config))
     add_servicers(
         server,
@@ -162,6 +164,6 @@ async def start_grpc(
         config.server.host,
         port,
         config.server.data_dir,
-        "on" if token else "off",
+        auth.describe(),
     )
     return RunningServer(server, config, port)

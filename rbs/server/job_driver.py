@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rbs.model import JobManifest, JobState, KillReason
+from rbs.model import UNKNOWN_USER, JobManifest, JobState, KillReason
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
 from rbs.scheduler.dispatch import ConnectionState
@@ -55,6 +55,7 @@ from rbs.scheduler.instructions import (
 from rbs.scheduler.state import SchedulerError
 from rbs.scheduler.store import Store
 from rbs.scheduler.views import JobView
+from rbs.server.job_errors import JobRequestError as JobRequestError
 from rbs.server.job_logs import JobLogs, LogIntake
 from rbs.server.job_outputs import JobOutputs
 from rbs.server.job_records import record_view
@@ -80,14 +81,6 @@ RETRY_MAX_S = 2.0
 # Events retried after a failed write: the worker's reports, which nobody re-sends.
 # Client requests are answered with the error instead (they retry themselves).
 _HELD_EVENTS = (TaskStarted, TaskExited, WorkerUp, WorkerDown, WorkerUnreachable)
-
-
-class JobRequestError(Exception):
-    """A client request the scheduler refused; `code` is an HTTP-ish status name."""
-
-    def __init__(self, message: str, code: str = "INVALID_ARGUMENT") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class JobDriver:
@@ -130,6 +123,9 @@ class JobDriver:
         self._request_of: dict[str, str] = {}  # Submit event id -> request id
         self._submitting: dict[str, asyncio.Future[Any]] = {}  # request id -> its answer
         self._heard: dict[str, float] = {}  # worker -> the hub's last_heartbeat relayed
+        # What each run's environment gets besides the core's: RBS_REMOTE and its scoped
+        # token (rbs.server.tokens.run_env, set by the cluster).
+        self.run_env: Callable[[str], tuple[tuple[str, str], ...]] = lambda lease_id: ()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -297,7 +293,7 @@ class JobDriver:
             task_index=-1 if ins.run.index is None else ins.run.index,
             attempt=ins.run.attempt,
             gpu_ids=ins.gpus,
-            env=ins.env,
+            env=ins.env + self.run_env(ins.lease_id),
             node_rank=ins.run.rank,
             nodelist=ins.nodelist,
             master_addr=ins.master_addr,
@@ -450,6 +446,7 @@ class JobDriver:
         manifest: JobManifest,
         provenance: Mapping[str, str],
         request_id: str | None = None,
+        owner: tuple[str, int | None] = (UNKNOWN_USER, None),
     ) -> int:
         """Submit a job; a `request_id` seen before answers the job it made (journaled
         with it, so also across a restart) instead of making a second one."""
@@ -461,7 +458,8 @@ class JobDriver:
             if inflight is not None:
                 job_id: int = await asyncio.shield(inflight)
                 return job_id
-        event = Submit(manifest=manifest, provenance=tuple(sorted(provenance.items())))
+        prov = tuple(sorted(provenance.items()))  # owner: the user, and the parent job
+        event = Submit(manifest=manifest, provenance=prov, user=owner[0], parent=owner[1])
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if request_id is not None:
             self._request_of[event.event_id] = request_id
@@ -474,8 +472,8 @@ class JobDriver:
                 del self._submitting[request_id]
         return job_id
 
-    async def cancel(self, targets: list[TaskRef]) -> None:
-        await self._call(Cancel(targets=tuple(targets)))
+    async def cancel(self, targets: list[TaskRef], by: str = UNKNOWN_USER) -> None:
+        await self._call(Cancel(targets=tuple(targets), by=by))
 
     def view(self, job_id: int) -> JobView:
         """The core's view, or for a job it no longer holds, the journal's (job_records)."""

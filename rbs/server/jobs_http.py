@@ -26,7 +26,6 @@ them for the client; errors map to statuses in rbs.wire.errors (`http_error`).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import time
@@ -39,11 +38,22 @@ from rbs.cas.store import BlobStore
 from rbs.scheduler.events import TaskRef
 from rbs.server.job_driver import JobDriver, JobRequestError
 from rbs.server.job_listing import JobListing
+from rbs.server.tokens import ServerAuth
 from rbs.wire import jobs_api
 from rbs.wire import jobs_api_requests as req
+from rbs.wire.auth import (
+    CLAIMED_USER_HEADER,
+    Principal,
+    Refused,
+    Role,
+    bearer_token,
+    http_refusal,
+    owner_refusal,
+)
 from rbs.wire.errors import (
     FailedPrecondition,
     InvalidRequest,
+    PermissionDenied,
     Unauthenticated,
     http_error,
     register_http_error,
@@ -63,13 +73,15 @@ def _task(text: str) -> TaskRef:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Who made the request, as the middleware authenticated it.
+PRINCIPAL = web.RequestKey("principal", Principal)
 
 
 class JobsApi:
-    def __init__(self, driver: JobDriver, store: BlobStore, token: str | None = None) -> None:
+    def __init__(self, driver: JobDriver, store: BlobStore, auth: ServerAuth) -> None:
         self.driver = driver
         self.store = store
-        self.token = token
+        self.auth = auth
         self.listing = JobListing(driver)
 
     def app(self) -> web.Application:
@@ -102,20 +114,26 @@ class JobsApi:
             return answer
 
     def _authorize(self, request: web.Request) -> None:
-        if self.token is None:
-            return
-        got = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
-            log.warning(
-                "refused %s %s from %s: missing or wrong token",
-                request.method,
-                request.path,
-                request.remote,
-            )
+        """The caller (`request[PRINCIPAL]`), allowed this route by its roles
+        (rbs.wire.auth.http_refusal); a run's token reads only its child jobs."""
+        what = f"{request.method} {request.path}"
+        try:
+            token = bearer_token(request.headers.get("Authorization"))
+            p = self.auth.authenticate(token, request.headers.get(CLAIMED_USER_HEADER))
+        except Refused as e:
+            self.auth.refusals.refused(what, request.remote, str(e))
             raise Unauthenticated(
-                "missing or wrong token: set RBS_REMOTE_TOKEN "
-                "(or --token-file) to the cluster's token"
-            )
+                f"{e}: set RBS_REMOTE_TOKEN (or --token-file) to your token"
+            ) from None
+        reason = http_refusal(p, request.method, request.path)
+        if reason is None and p.roles == {Role.RUN} and "id" in request.match_info:
+            job_id = _task(request.match_info["id"]).job_id
+            v = self.driver.view(job_id)
+            reason = owner_refusal(p, job_id, v.user, v.parent)
+        if reason is not None:
+            self.auth.refusals.refused(what, request.remote, reason)
+            raise PermissionDenied(reason)
+        request[PRINCIPAL] = p
 
     async def _json(self, request: web.Request) -> Any:
         try:
@@ -138,7 +156,9 @@ class JobsApi:
                     f"the input tree {manifest.input_root} is not in the "
                     "cluster's CAS; upload it first"
                 )
-        job_id = await self.driver.submit(manifest, prov, request_id)
+        p = request[PRINCIPAL]
+        parent = p.job_id if p.has(Role.RUN) else None
+        job_id = await self.driver.submit(manifest, prov, request_id, owner=(p.user, parent))
         return web.json_response(jobs_api.submitted_doc(job_id))
 
     async def list_jobs(self, request: web.Request) -> web.Response:
@@ -164,9 +184,14 @@ class JobsApi:
     async def cancel(self, request: web.Request) -> web.Response:
         pairs = req.cancel_request(await self._json(request))
         refs = [TaskRef(job_id=job_id, index=index) for job_id, index in pairs]
+        p = request[PRINCIPAL]
         for r in refs:
-            self.driver.state_of(r.job_id)
-        await self.driver.cancel(refs)
+            v = self.driver.view(r.job_id)  # NOT_FOUND for an unknown job
+            reason = owner_refusal(p, r.job_id, v.user, v.parent)
+            if reason is not None:
+                self.auth.refusals.refused("cancel", request.remote, reason)
+                raise PermissionDenied(reason)
+        await self.driver.cancel(refs, by=p.user)
         return web.json_response(jobs_api.cancelled_doc(refs))
 
     async def logs(self, request: web.Request) -> web.StreamResponse:

@@ -91,6 +91,11 @@ class Unauthenticated(RequestError):
     """A missing or wrong bearer token (UNAUTHENTICATED)."""
 
 
+class PermissionDenied(RequestError):
+    """A known caller asking for what its token's roles do not allow, e.g. cancelling
+    another user's job (PERMISSION_DENIED, 403); the message names the owner."""
+
+
 class StorageFull(RequestError):
     """The server cannot write under its data dir (disk or quota full): RESOURCE_EXHAUSTED
     over gRPC, 507 Insufficient Storage over the jobs API. The message names the folder to
@@ -118,6 +123,7 @@ class MissingBlobs(RequestError):
 # Most specific first: the first matching row wins.
 _TABLE: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (MissingBlobs, grpc.StatusCode.FAILED_PRECONDITION),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (UnknownInstance, grpc.StatusCode.INVALID_ARGUMENT),
@@ -302,6 +308,7 @@ def _decoding_handler(handler: Any, method: str) -> Any:
 HTTP_STATUS: dict[str, int] = {
     "INVALID_ARGUMENT": 400,
     "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
     "NOT_FOUND": 404,
     "FAILED_PRECONDITION": 412,
     "INTERNAL": 500,
@@ -314,6 +321,7 @@ HTTP_STATUS: dict[str, int] = {
 # that names its own code in a `code` attribute (the job driver's refusals).
 _HTTP_TABLE: list[tuple[type[BaseException], str | None]] = [
     (Unauthenticated, "UNAUTHENTICATED"),
+    (PermissionDenied, "PERMISSION_DENIED"),
     (StorageFull, "RESOURCE_EXHAUSTED"),
     (FailedPrecondition, "FAILED_PRECONDITION"),
     (NotFound, "NOT_FOUND"),

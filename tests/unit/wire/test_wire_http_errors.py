@@ -57,6 +57,7 @@ def test_the_statuses_are_the_documented_ones() -> None:
     assert HTTP_STATUS == {
         "INVALID_ARGUMENT": 400,
         "UNAUTHENTICATED": 401,
+        "PERMISSION_DENIED": 403,
         "NOT_FOUND": 404,
         "FAILED_PRECONDITION": 412,
         "INTERNAL": 500,
