@@ -78,6 +78,12 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
     help="Give up after the server has been unreachable this many seconds.",
 )
 @click.option(
+    "--leave-jobs-running",
+    is_flag=True,
+    help="On SIGTERM, leave running jobs to the run supervisor: the next `rbs remote worker` "
+    "on this --work-dir re-attaches to them (they stop if the lease lapses first).",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help='Write {"worker_id": ..., "pid": ...} as JSON here once registered.',
@@ -100,6 +106,7 @@ def worker(
     name: str,
     address: str,
     reconnect_timeout: float,
+    leave_jobs_running: bool,
     ready_file: Path | None,
     log_level: str,
 ) -> None:
@@ -123,6 +130,7 @@ def worker(
             build_slots=build_slots,
             job_slots=job_slots,
             reconnect_timeout_s=reconnect_timeout,
+            leave_jobs_running=leave_jobs_running,
             cache_max_bytes=(
                 parse_size(max_cache_size, "--max-cache-size") if max_cache_size else None
             ),

@@ -29,7 +29,7 @@ from rbs.executor.cgroup_base import (
 )
 from rbs.executor.cgroup_v1 import CONTROLLERS as V1_CONTROLLERS
 from rbs.executor.cgroup_v1 import V1Backend, V1Cgroup
-from rbs.executor.cgroup_v2 import BASE, V2Backend, V2Cgroup, prepare_v2
+from rbs.executor.cgroup_v2 import BASE, WORKER_LEAF, V2Backend, V2Cgroup, prepare_v2
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +216,10 @@ def detect(
         return NullBackend(f"cannot read the process's cgroups: {e}")
     unified = next((m for m in mounts if m.fstype == "cgroup2"), None)
     v2_own = _under(unified, member_v2) if unified and member_v2 is not None else None
+    if v2_own is not None and v2_own.name == WORKER_LEAF:
+        # The leaf a worker moved itself into (prepare_v2): the run supervisor it starts
+        # is born there, and its job groups belong under the worker's own group too.
+        v2_own = v2_own.parent
     errors: list[str] = []
 
     def v2_backend() -> V2Backend | None:

@@ -10,6 +10,7 @@ tree digest reported to the server names blobs the server holds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -215,3 +216,20 @@ def remove(path: Path) -> None:
         pass  # not empty, not a folder, or not writable: the general way below
     if path.exists():
         shutil.rmtree(path, onerror=writable)
+
+
+def remove_if_empty(dirs: RunDirs) -> bool:
+    """Remove a run's folder when the job left nothing in it (a few system calls, no
+    walk); False when something is left for `remove`."""
+    try:
+        for empty in (dirs.work, dirs.tmp):
+            with contextlib.suppress(FileNotFoundError):
+                empty.rmdir()
+        with contextlib.suppress(FileNotFoundError):
+            dirs.spool.unlink()
+        dirs.root.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True

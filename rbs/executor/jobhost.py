@@ -1,28 +1,33 @@
 """The worker's job host: runs the job leases the scheduler sends, in job slots.
 
 The worker daemon hands every JobLease, KillJob and Ack it receives to `handle()`.
-A lease becomes a run: on a thread (`jobrun.execute`) its folder is made, its input
-tree (and checkpoint, on a retry) copied out of the CAS, and the job runner starts the
-process with the lease's environment and the manifest's cpu and memory limits; the
-process's numbered log lines are shipped as they come (`jobship`). When the process
-ends, whatever the reason, the declared outputs and the checkpoint folder are stored
-as trees, the last log lines are queued, and only then JobFinished, so a follower of
-the log sees every line before the job's end.
+A lease becomes a run: on a thread (`jobrun.prepare`) its folder is made and its input
+tree (and checkpoint, on a retry) copied out of the CAS; then the run supervisor
+(`rbs.executor.supervisor`, one process per worker, reached through
+`supervisor_client`) starts the process with the lease's environment and the
+manifest's cpu and memory limits, and sends its numbered log lines, which are shipped
+as they come (`jobship`). When the process ends, whatever the reason, the declared
+outputs and the checkpoint folder are stored as trees (`jobrun.finish`), the last log
+lines are queued, and only then JobFinished, so a follower of the log sees every line
+before the job's end.
 
 The scheduler owns time limits and final states: the host never passes the time limit
 to the runner; a KillJob(reason="timeout") ends the run, and the scheduler maps its
-own kill reasons to TIMEOUT, CANCELLED or PREEMPTED. JobStarted goes out once a run
-has been alive for `START_REPORT_DELAY_S`: a job that is over sooner needs no start
-report (its JobFinished says everything), which spares the stream a message per
-short job.
+own kill reasons to TIMEOUT, CANCELLED or PREEMPTED. JobStarted goes out only for a
+run still alive shortly after its start (`jobship.StartReports`).
 
 Across a broken stream: runs carry on; their lease ids, and those of runs whose
 JobFinished the server has not acknowledged (ResultAck) yet, are listed in the next Register
 (`held_leases`) so the scheduler keeps them here; after registering, `on_connected`
 re-sends every unacknowledged log line and then the held JobFinished messages. A run's
-folder goes once its outputs are stored; its log spool once every line is
-acknowledged. Runs do not survive a worker restart: the next worker process sweeps
-their cgroups and folders, and the scheduler, not seeing them held, requeues them.
+folder and log spool go once the result and every line are acknowledged.
+
+Across a daemon restart: the supervisor holds the runs, so a daemon stopped with
+`leave_running` (or killed) leaves them going; the next daemon connects to the same
+supervisor (`start`), lists its runs, holds them in its first Register as the same
+attempts, re-ships their lines from the last acknowledged seq and reports the exits it
+missed. A daemon that finds no supervisor starts one, which sweeps what a dead one
+left; the scheduler, not seeing those runs held, requeues them.
 
 A JobFinished counts as delivered only once the server acknowledges it, which it does
 after the journal commit of the step that took it: a server killed between reading it
@@ -33,29 +38,49 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import re
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles
-from rbs.executor.cgroup_base import CgroupBackend, CgroupError
+from rbs.executor.cgroup_base import CgroupBackend
 from rbs.executor.jobfiles import RunDirs
-from rbs.executor.jobrun import HostSetup, LeaseRun, RunResult, execute
-from rbs.executor.jobship import LogShipper
-from rbs.executor.lease import PGID_FILE, WorkerLease
+from rbs.executor.joblog import LogSink, LogSpool, line_of
+from rbs.executor.jobrun import (
+    START_FAILED_EXIT,
+    HostSetup,
+    LeaseRun,
+    RunResult,
+    finish,
+    finished,
+    kill_request,
+    prepare,
+    reattach,
+    report,
+)
+from rbs.executor.jobship import LogShipper, StartReports, thread_sink
+from rbs.executor.supervisor_client import SupervisorClient
+from rbs.executor.supervisor_proto import (
+    Exited,
+    Forget,
+    KillRun,
+    Lines,
+    Message,
+    Renew,
+    RunInfo,
+    Shutdown,
+    Started,
+    StartRun,
+)
 from rbs.model import Digest, JobState, KillReason, LogLine, LogStream
 from rbs.wire.workers_jobs import (
     JobFinishedReport,
     JobLeaseInfo,
     JobOrder,
     JobReport,
-    JobStartedReport,
     KillOrder,
     LogAck,
     ResultAck,
@@ -65,26 +90,11 @@ log = logging.getLogger(__name__)
 
 # Seconds between SIGTERM and SIGKILL when a job is killed (cancel, timeout, shutdown).
 DEFAULT_GRACE_S = 10.0
-# The exit code reported for a run whose process could not be started at all (its
-# inputs could not be materialized, its program was not found): like `docker run`'s 125.
-START_FAILED_EXIT = 125
-# A run still going this long after its process started is reported as started.
-START_REPORT_DELAY_S = 0.05
 # How many reported runs to remember in case their JobFinished comes back unsent
 # (more than a worker's outbox ever holds between two writes).
 FORGOTTEN_KEPT = 1000
 _SAFE_LEASE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-
-# The state a run killed for each reason reports when KillJob.state does not name one.
-_KILL_STATES: dict[KillReason, JobState] = {
-    KillReason.TIMEOUT: JobState.TIMEOUT,
-    KillReason.CANCEL: JobState.CANCELLED,
-    KillReason.PREEMPT: JobState.PREEMPTED,
-    KillReason.REQUEUE: JobState.PREEMPTED,
-    KillReason.GANG_PEER_ENDED: JobState.CANCELLED,
-    KillReason.NODE_FAIL: JobState.NODE_FAIL,
-    KillReason.ORPHAN: JobState.CANCELLED,
-}
+__all__ = ["START_FAILED_EXIT", "JobHost", "cgroup_scope"]  # START_FAILED_EXIT: jobrun's
 
 
 class JobHost:
@@ -100,28 +110,31 @@ class JobHost:
         slots: int,
         hostname: str,
         backend: CgroupBackend,
+        scope: str = "default",
         prefetch: Callable[[Digest], None] | None = None,
         grace_s: float = DEFAULT_GRACE_S,
         env: Mapping[str, str] | None = None,
-        lease: WorkerLease | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError(f"a job host needs at least one job slot, got {slots}")
         self.root = work_dir / "jobs"
-        self.backend = backend
+        self.backend = backend  # the kind the supervisor detects too
         self.slots = slots
         self.setup = HostSetup(
-            store=store,
-            backend=backend,
-            hostname=hostname,
-            grace_s=grace_s,
-            env=env,
-            prefetch=prefetch,
-            record_pgid=lease is not None,
+            store=store, hostname=hostname, grace_s=grace_s, env=env, prefetch=prefetch
         )
+        # The supervisor detects the same kind of cgroup backend the daemon did.
+        self.supervisor = SupervisorClient(
+            work_dir,
+            cgroups=backend.name,
+            scope=scope,
+            hostname=hostname,
+            on_event=self._on_event,
+            on_lost=self._on_lost,
+        )
+        self._started: asyncio.Future[None] | None = None
         self._send = send
         self._connected = connected
-        self._lease = lease
         self._runs: dict[str, LeaseRun] = {}
         # Forgotten runs whose JobFinished may still sit in the worker's outbox: if the
         # stream breaks before it is written, `unsent` brings the run back.
@@ -129,24 +142,78 @@ class JobHost:
         self._free = slots
         self._waiting: collections.deque[asyncio.Future[bool]] = collections.deque()
         self._stopping = False
-        self._starts: collections.deque[tuple[float, float, LeaseRun]] = collections.deque()
-        self._start_timer: asyncio.TimerHandle | None = None
+        self._starts = StartReports(send)
+        self._acked: dict[str, int] = {}  # log acks the supervisor has not been told of
+        self._lease = (0.0, 0.0)  # until, grace: the last renewal
         # Pooled threads: a thread started per job costs the loop a handshake with it,
-        # which a busy host makes slow. Runs killed while waiting need a thread too.
+        # which a busy host makes slow. Only preparing and collecting outputs use them.
         self._threads = ThreadPoolExecutor(slots + 2, thread_name_prefix="rbs-job")
-        self._clean_leftovers()
 
-    def _clean_leftovers(self) -> None:
-        """Runs of a previous worker process cannot be re-attached: end and remove them."""
-        try:
-            swept = self.backend.sweep()
-        except CgroupError as e:
-            log.warning("could not sweep job cgroups left by a previous run: %s", e)
-            swept = []
-        if swept:
-            log.info("killed and removed %d job cgroup(s) left by a previous run", len(swept))
-        jobfiles.remove(self.root)
-        self.root.mkdir(parents=True, exist_ok=True)
+    # ------------------------------------------------------------------ the supervisor
+
+    async def start(self) -> None:
+        """Connect to the supervisor (re-attaching to its runs) or start a fresh one."""
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_future()
+            try:
+                await self._connect()
+            except BaseException as e:
+                self._started.set_exception(e)
+                raise
+            self._started.set_result(None)
+        await self._started
+
+    async def _connect(self) -> None:
+        attached = await self.supervisor.connect()
+        if not attached:
+            jobfiles.remove(self.root)  # the fresh supervisor killed what was left there
+            self.root.mkdir(parents=True, exist_ok=True)
+            return
+        runs = (await self.supervisor.list_runs()).runs
+        for info in runs:
+            self._attach(info)
+        if runs:
+            log.info("re-attached to %d run(s) the run supervisor held", len(runs))
+        if self._lease[0] > 0:
+            self.renew(*self._lease)
+
+    def _attach(self, info: RunInfo) -> None:
+        run = reattach(info, self.root, self._send, self._connected)
+        if run is None:
+            return
+        self._free -= 1  # it holds its slot until it ends, even past a smaller --job-slots
+        self._runs[run.lease_id] = run
+        run.task = asyncio.create_task(self._conclude(run), name=f"job-{run.lease_id}")
+
+    def renew(self, until: float, grace: float) -> None:
+        """The lease now ends at `until` (monotonic); the supervisor enforces it."""
+        self._lease = (until, grace)
+        if self.supervisor.connected:
+            acked, self._acked = self._acked, {}
+            self.supervisor.send(Renew(until=until, grace_s=grace, acked=acked))
+
+    def _on_event(self, msg: Message) -> None:
+        if isinstance(msg, Lines):
+            run = self._runs.get(msg.lease_id)
+            if run is not None:
+                self._on_lines(run, [line_of(r) for r in msg.records])
+        elif isinstance(msg, Started):
+            run = self._runs.get(msg.lease_id)
+            if run is not None:
+                run.pid = msg.pid
+                self._starts.add(run, msg.started_at)
+        elif isinstance(msg, Exited):
+            run = self._runs.get(msg.lease_id)
+            if run is not None and run.exited is not None and not run.exited.done():
+                run.exited.set_result(msg)
+
+    def _on_lost(self) -> None:
+        """The supervisor is gone: its runs cannot be followed; a new one kills them."""
+        self._started = None
+        why = "the worker's run supervisor exited while the job ran"
+        for run in self._runs.values():
+            if run.live and run.exited is not None:
+                run.exited.set_result(Exited(lease_id=run.lease_id, state="FAILED", error=why))
 
     # ------------------------------------------------------------------ what the worker asks
 
@@ -184,6 +251,7 @@ class JobHost:
 
     async def handle(self, order: JobOrder) -> None:
         if isinstance(order, JobLeaseInfo):
+            await self.start()
             self._accept(order)
         elif isinstance(order, KillOrder):
             self._kill(order)
@@ -191,6 +259,8 @@ class JobHost:
             run = self._runs.get(order.lease_id)
             if run is not None and run.shipper is not None:
                 run.shipper.ack(order.log_seq)
+                if run.live:
+                    self._acked[run.lease_id] = run.shipper.acked
                 self._maybe_forget(run)
         elif isinstance(order, ResultAck):
             run = self._runs.get(order.lease_id)
@@ -198,24 +268,30 @@ class JobHost:
                 run.finished_acked = True
                 self._maybe_forget(run)
 
-    async def stop(self) -> None:
-        """Kill every run (the scheduler requeues them when this worker is gone)."""
+    async def stop(self, *, leave_running: bool = False) -> None:
+        """Kill every run (the scheduler requeues them when this worker is gone), or
+        with `leave_running` leave them to the supervisor for the next daemon."""
         self._stopping = True
         tasks = []
         for run in self._runs.values():
-            self._request_kill(run, KillReason.SHUTDOWN, "the worker is shutting down", "")
-            if run.task is not None:
+            if not leave_running:
+                self._request_kill(run, KillReason.SHUTDOWN, "the worker is shutting down", "")
+            elif run.slot_wait is not None and not run.slot_wait.done():
+                run.slot_wait.set_result(False)  # not started: the scheduler requeues it
+            if run.task is not None and (not leave_running or not run.live):
                 tasks.append(run.task)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self.setup.grace_s + 5)
             for t in pending:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        if not leave_running and self.supervisor.connected:
+            self.supervisor.send(Shutdown())
         for run in self._runs.values():
-            if run.shipper is not None:
-                run.shipper.close()
-            if run.spool is not None:
-                run.spool.close()
+            run.close()
+            if leave_running and run.task is not None:
+                run.task.cancel()
+        self.supervisor.close()
         self._threads.shutdown(wait=False)
 
     # ------------------------------------------------------------------ leases and kills
@@ -239,19 +315,15 @@ class JobHost:
         if run is None or run.finished is not None:
             log.info("kill for %s, which no longer runs here (%s)", kill.lease_id, kill.reason)
             return
-        try:
-            reason = KillReason(kill.reason)
-            why = reason.words
-        except ValueError:  # none given, or one this worker does not know
-            reason, why = KillReason.CANCEL, kill.reason or "killed"
-        state = _KILL_STATES.get(reason, JobState.CANCELLED).value
-        self._request_kill(run, reason, f"{why} (scheduler)", kill.state or state)
+        self._request_kill(run, *kill_request(kill))
 
     def _request_kill(self, run: LeaseRun, reason: KillReason, message: str, state: str) -> None:
         if run.kill is None:
             run.kill = (reason, message, state)
-        if run.runner is not None:
-            run.runner.kill(reason, message)
+        if run.live and self.supervisor.connected:
+            self.supervisor.send(
+                KillRun(lease_id=run.lease_id, reason=reason.value, message=message)
+            )
         if run.slot_wait is not None and not run.slot_wait.done():
             run.slot_wait.set_result(False)
 
@@ -286,24 +358,64 @@ class JobHost:
         loop = asyncio.get_running_loop()
         try:
             run.has_slot = await self._acquire(run)
-            result = await loop.run_in_executor(
-                self._threads, execute, run, self.setup, self._sink(run)
+            prepared = await loop.run_in_executor(
+                self._threads, prepare, run, self.setup, self._sink(run)
             )
-            msg = self._report(run, result)
+            if isinstance(prepared, RunResult):
+                result = prepared
+            elif run.kill is not None or self._stopping:
+                why = run.kill[1] if run.kill is not None else "the worker is shutting down"
+                result = RunResult(function=run.function)
+                self._reopen_spool(run)
+                self._sys(run, f"{why} before the job started; not starting it")
+            else:
+                await self.start()
+                run.exited = loop.create_future()
+                self.supervisor.send(StartRun(spec=prepared))
+                await self._conclude(run)
+                return
+            msg = report(run, result, lambda text: self._sys(run, text))
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.exception("job lease %s failed on this worker", run.lease_id)
-            self._sys(run, f"the worker failed running this job: {type(e).__name__}: {e}")
-            msg = _finished(run.lease, JobState.FAILED.value, START_FAILED_EXIT, message=str(e))
-        finally:
-            if run.has_slot:
-                run.has_slot = False
-                self._release()
+            msg = self._failed(run, e)
+        self._end(run, msg)
+
+    async def _conclude(self, run: LeaseRun) -> None:
+        """Wait for the supervisor's Exited, store the outputs, report."""
+        assert run.exited is not None
+        try:
+            exited = await run.exited
+            if exited.lapsed:
+                self._drop_lapsed(run)
+                return
+            if run.outputs or run.checkpoint_dir:
+                result = await asyncio.get_running_loop().run_in_executor(
+                    self._threads, finish, run, self.setup.store, exited, self._sink(run)
+                )
+            else:
+                result = finish(run, self.setup.store, exited, self._sink(run, direct=True))
+            msg = report(run, result, lambda text: self._sys(run, text))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.exception("job lease %s failed on this worker", run.lease_id)
+            msg = self._failed(run, e)
+        self._end(run, msg)
+
+    def _failed(self, run: LeaseRun, e: Exception) -> JobFinishedReport:
+        text = f"the worker failed running this job: {type(e).__name__}: {e}"
+        if not run.live:
+            self._reopen_spool(run)
+            self._sys(run, text)
+        return finished(run.lease, JobState.FAILED.value, START_FAILED_EXIT, message=str(e))
+
+    def _end(self, run: LeaseRun, msg: JobFinishedReport) -> None:
+        if run.has_slot:
+            run.has_slot = False
+            self._release()
         if self._stopping:
-            return
-        if self._lease is not None and WorkerLease.lapsed(run.dirs.root):
-            self._drop_lapsed(run)
             return
         # The slot is free before the scheduler hears of it, so its next lease fits.
         if run.shipper is not None:
@@ -314,26 +426,17 @@ class JobHost:
             run.finished_sent = True
         self._maybe_forget(run)
 
-    def _sink(self, run: LeaseRun) -> Callable[[Sequence[LogLine]], None]:
-        """Lines from the run's thread to the loop, many per wake-up of the loop."""
-        loop = asyncio.get_running_loop()
-        lock = threading.Lock()
-        pending: list[LogLine] = []
+    def _reopen_spool(self, run: LeaseRun) -> None:
+        """Writable again once nobody else appends (the supervisor does not hold it)."""
+        if run.spool is not None and not run.spool.writable:
+            run.spool.close()
+            run.spool = LogSpool(run.dirs.spool)
 
-        def drain() -> None:
-            with lock:
-                lines = pending[:]
-                pending.clear()
-            self._on_lines(run, lines)
-
-        def sink(lines: Sequence[LogLine]) -> None:
-            with lock:
-                wake = not pending
-                pending.extend(lines)
-            if wake:
-                loop.call_soon_threadsafe(drain)
-
-        return sink
+    def _sink(self, run: LeaseRun, direct: bool = False) -> LogSink:
+        """Where a run's own lines go: straight in, or from a thread to the loop."""
+        if direct:
+            return lambda lines: self._on_lines(run, lines)
+        return thread_sink(lambda lines: self._on_lines(run, lines))
 
     # ------------------------------------------------------------------ logs and reports
 
@@ -341,97 +444,33 @@ class JobHost:
         shipper = run.shipper
         if shipper is None or not lines:
             return
-        if shipper.spool is None:
+        if shipper.spool is not run.spool:
             shipper.spool = run.spool
-        if not run.start_reported and run.runner is not None and run.runner.pid is not None:
-            run.start_reported = True  # considered once
-            self._starts.append((time.monotonic(), time.time(), run))
-            if self._start_timer is None:
-                self._start_timer = asyncio.get_running_loop().call_later(
-                    START_REPORT_DELAY_S, self._report_starts
-                )
         shipper.on_lines(lines)
 
-    def _report_starts(self) -> None:
-        """One timer for every pending start report, not one per run."""
-        self._start_timer = None
-        now = time.monotonic()
-        while self._starts and now - self._starts[0][0] >= START_REPORT_DELAY_S:
-            _, started_at, run = self._starts.popleft()
-            self._report_start(run, started_at)
-        if self._starts:
-            wait = START_REPORT_DELAY_S - (now - self._starts[0][0])
-            self._start_timer = asyncio.get_running_loop().call_later(wait, self._report_starts)
-
-    def _report_start(self, run: LeaseRun, started_at: float) -> None:
-        runner = run.runner
-        if runner is None or runner.pid is None or runner.finished.is_set():
-            return  # over already: its JobFinished says everything
-        lease = run.lease
-        self._send(
-            JobStartedReport(
-                lease_id=lease.lease_id,
-                job_id=lease.job_id,
-                task_index=lease.task_index,
-                attempt=lease.attempt,
-                pid=runner.pid,
-                started_at=started_at,
-            )
-        )
-
     def _sys(self, run: LeaseRun, text: str) -> None:
-        if run.spool is None or run.shipper is None:
+        if run.spool is None or not run.spool.writable or run.shipper is None:
             log.warning("lease %s: %s", run.lease_id, text)
             return
-        if run.shipper.spool is None:
-            run.shipper.spool = run.spool
-        run.shipper.on_lines(run.spool.append([(LogStream.SYS, text, True)]))
-
-    def _report(self, run: LeaseRun, result: RunResult) -> JobFinishedReport:
-        outcome = result.outcome
-        if result.problem is not None:
-            self._sys(run, result.problem)
-            return _finished(
-                run.lease, JobState.FAILED.value, START_FAILED_EXIT, message=result.problem
-            )
-        if outcome is None:  # killed before it started
-            reason = run.kill[1] if run.kill else "killed before it started"
-            state = (run.kill[2] if run.kill else "") or JobState.CANCELLED.value
-            return _finished(run.lease, state, 0, message=reason)
-        state = outcome.state.value
-        if run.kill is not None and outcome.kill_reason is not None and run.kill[2]:
-            state = run.kill[2]
-        if outcome.error is not None:
-            code, sig = START_FAILED_EXIT, 0
-        elif outcome.signal is not None:
-            code, sig = 128 + outcome.signal, outcome.signal
-        else:
-            code, sig = outcome.exit_code or 0, 0
-        return _finished(
-            run.lease,
-            state,
-            code,
-            signal=sig,
-            peak=outcome.peak_memory_bytes or 0,
-            oom=outcome.oom_kills > 0,
-            message="" if outcome.state is JobState.COMPLETED else outcome.describe(),
-            trees=result,
-        )
+        self._on_lines(run, run.spool.append([(LogStream.SYS, text, True)]))
 
     def _drop_lapsed(self, run: LeaseRun) -> None:
-        """Stopped by the watchdog when its lease lapsed: not reported, so not held in
+        """Stopped by the supervisor when its lease lapsed: not reported, so not held in
         the next Register; the server requeues it (or has already)."""
         log.warning("job lease %s lapsed: no word from the server; run stopped", run.lease_id)
+        if run.has_slot:
+            run.has_slot = False
+            self._release()
         self._runs.pop(run.lease_id, None)
-        if run.shipper is not None:
-            run.shipper.close()
-        if run.spool is not None:
-            run.spool.close()
+        if self.supervisor.connected:
+            self.supervisor.send(Forget(lease_id=run.lease_id))
+        run.close()
         asyncio.get_running_loop().run_in_executor(self._threads, jobfiles.remove, run.dirs.root)
 
     def _maybe_forget(self, run: LeaseRun) -> None:
         """Drop a reported run once every log line is acknowledged (or nothing is left
-        to acknowledge), removing its folder and spool on a thread."""
+        to acknowledge): the supervisor forgets it; its folder goes, on a thread if
+        the job left files."""
         if run.finished is None or not run.finished_acked:
             return
         if run.shipper is not None and not run.shipper.all_acked:
@@ -440,55 +479,13 @@ class JobHost:
         self._forgotten[run.lease_id] = run
         while len(self._forgotten) > FORGOTTEN_KEPT:
             self._forgotten.popitem(last=False)
-        if run.shipper is not None:
-            run.shipper.close()
-        if run.spool is not None:
-            run.spool.close()
-        try:
-            # Normally only the spool is left (execute removed work/ and tmp/): two
-            # system calls, cheaper here than a trip to a thread.
-            with contextlib.suppress(FileNotFoundError):
-                run.dirs.spool.unlink()
-            if self._lease is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    (run.dirs.root / PGID_FILE).unlink()
-            run.dirs.root.rmdir()
-        except FileNotFoundError:
-            pass
-        except OSError:
+        if run.exited is not None and self.supervisor.connected:
+            self.supervisor.send(Forget(lease_id=run.lease_id))
+        run.close()
+        if not jobfiles.remove_if_empty(run.dirs):
             asyncio.get_running_loop().run_in_executor(
                 self._threads, jobfiles.remove, run.dirs.root
             )
-
-
-def _finished(
-    lease: JobLeaseInfo,
-    state: str,
-    exit_code: int,
-    *,
-    signal: int = 0,
-    peak: int = 0,
-    oom: bool = False,
-    message: str = "",
-    trees: RunResult | None = None,
-) -> JobFinishedReport:
-    """The report of a run; with `trees`, the run's stored outputs and checkpoint too."""
-    return JobFinishedReport(
-        lease_id=lease.lease_id,
-        job_id=lease.job_id,
-        task_index=lease.task_index,
-        attempt=lease.attempt,
-        state=state,
-        exit_code=exit_code,
-        signal=signal,
-        peak_memory_bytes=peak,
-        oom_killed=oom,
-        message=message,
-        finished_at_ns=time.time_ns(),
-        digest_function=trees.function if trees is not None else None,
-        output_tree=trees.trees.outputs if trees is not None else None,
-        checkpoint_tree=trees.trees.checkpoint if trees is not None else None,
-    )
 
 
 def cgroup_scope(worker_id: str) -> str:

@@ -16,9 +16,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rbs.model import LogLine, LogStream
 
@@ -29,9 +29,9 @@ MAX_LINE_CHARS = 16 * 1024
 _SCAN_BYTES = 64 * 1024
 
 
-def to_record(line: LogLine) -> str:
-    """A line as its spool record (one JSON object, no newline); task, attempt and rank
-    are not stored: a spool holds one run's lines."""
+def record_of(line: LogLine) -> dict[str, object]:
+    """A line as its record's fields; task, attempt and rank are not stored: a spool
+    holds one run's lines."""
     rec: dict[str, object] = {
         "seq": line.seq,
         "t": line.time,
@@ -40,11 +40,20 @@ def to_record(line: LogLine) -> str:
     }
     if not line.eol:
         rec["eol"] = False
-    return json.dumps(rec, ensure_ascii=False, separators=(",", ":"))
+    return rec
+
+
+def to_record(line: LogLine) -> str:
+    """A line as its spool record (one JSON object, no newline)."""
+    return json.dumps(record_of(line), ensure_ascii=False, separators=(",", ":"))
 
 
 def from_record(text: str) -> LogLine:
-    rec = json.loads(text)
+    return line_of(json.loads(text))
+
+
+def line_of(rec: Mapping[str, Any]) -> LogLine:
+    """A record's fields back into a line."""
     return LogLine(
         seq=int(rec["seq"]),
         time=float(rec["t"]),
@@ -65,9 +74,16 @@ class LogSpoolError(Exception):
 class LogSpool:
     """The append-only log of one job, safe to append and read from different threads."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, writable: bool = True) -> None:
         self.path = path
+        self.writable = writable
         self._lock = threading.Lock()
+        if not writable:
+            # A reader beside the process that appends (the run supervisor): it never
+            # truncates, and a torn last record is one still being written.
+            self._fd = -1
+            self._next = self._last_complete() + 1
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
@@ -75,6 +91,26 @@ class LogSpool:
         except BaseException:
             os.close(self._fd)
             raise
+
+    def _last_complete(self) -> int:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return 0
+        try:
+            self._fd = fd
+            size = os.fstat(fd).st_size
+            end = self._rfind_newline(size)
+            if end < 0:
+                return 0
+            start = self._rfind_newline(end) + 1
+            try:
+                return from_record(os.pread(fd, end - start, start).decode()).seq
+            except (ValueError, KeyError, UnicodeDecodeError) as e:
+                raise LogSpoolError(f"log spool {self.path}: corrupt record at {start}: {e}") from e
+        finally:
+            self._fd = -1
+            os.close(fd)
 
     def _recover(self) -> int:
         """Drop a torn final record and return the last complete seq (0 if none)."""
@@ -120,6 +156,8 @@ class LogSpool:
         self, entries: Iterable[tuple[LogStream, str, bool]], now: float | None = None
     ) -> list[LogLine]:
         """Number, timestamp and durably hand to the OS a batch of (stream, text, eol)."""
+        if not self.writable:
+            raise LogSpoolError(f"log spool {self.path} is open for reading only")
         # Rounded as stored, so a line read back equals the line handed to the sink.
         t = round(time.time() if now is None else now, 6)
         with self._lock:

@@ -1,36 +1,71 @@
-"""One job lease's blocking work, on a thread of the job host: folders, inputs, process, outputs.
+"""One job lease's blocking work around its process: folders and inputs, then outputs.
 
-Everything a run does to files and processes happens in `execute`, in one trip to a
-worker thread, so the worker's event loop (which also carries the gRPC stream for
-every run) only ships log lines and reports. Log lines, the host's own notes
-included, go through the spool and then the `sink`, in seq order.
-
-Kills race with the start safely: the host sets `LeaseRun.kill` then reads
-`LeaseRun.runner`; this thread sets `runner` then reads `kill`; whichever comes second
-sees the other's write.
+A run has three phases. `prepare` (on a worker thread) makes its folders, copies its
+inputs and checkpoint out of the CAS, writes its first sys lines to the log spool, and
+returns the `RunSpec` the run supervisor starts. The supervisor owns the spool while
+the process runs. Once it has exited, `finish` (on a thread when the job declares
+outputs, else inline) writes the last notes and stores the outputs and the checkpoint
+as trees. The work folder stays until the server has the result (a daemon restarted
+before that collects the outputs again from it). Here too: the report a run ends
+with (`report`), from the supervisor's `Exited`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from rbs.cas.errors import CasError
 from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles
-from rbs.executor.cgroup_base import CgroupBackend
 from rbs.executor.jobfiles import CollectedTrees, RunDirs
-from rbs.executor.joblog import LogSink, LogSpool
-from rbs.executor.jobproc import JobRunner
+from rbs.executor.joblog import LogSink, LogSpool, LogSpoolError
 from rbs.executor.jobship import LogShipper
 from rbs.executor.jobspec import JobOutcome, JobSpec
-from rbs.executor.lease import PGID_FILE
-from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction, JobManifest, KillReason, LogStream
-from rbs.wire.workers_jobs import JobFinishedReport, JobLeaseInfo
+from rbs.executor.supervisor_proto import Exited, RunInfo, RunSpec
+from rbs.model import (
+    DEFAULT_FUNCTION,
+    DigestFunction,
+    JobManifest,
+    JobState,
+    KillReason,
+    LogStream,
+)
+from rbs.wire.workers_jobs import JobFinishedReport, JobLeaseInfo, JobReport, KillOrder
 
 log = logging.getLogger(__name__)
+
+# The exit code reported for a run whose process could not be started at all (its
+# inputs could not be materialized, its program was not found): like `docker run`'s 125.
+START_FAILED_EXIT = 125
+
+
+# The state a run killed for each reason reports when KillJob.state does not name one.
+_KILL_STATES: dict[KillReason, JobState] = {
+    KillReason.TIMEOUT: JobState.TIMEOUT,
+    KillReason.CANCEL: JobState.CANCELLED,
+    KillReason.PREEMPT: JobState.PREEMPTED,
+    KillReason.REQUEUE: JobState.PREEMPTED,
+    KillReason.GANG_PEER_ENDED: JobState.CANCELLED,
+    KillReason.NODE_FAIL: JobState.NODE_FAIL,
+    KillReason.ORPHAN: JobState.CANCELLED,
+}
+
+
+def kill_request(kill: KillOrder) -> tuple[KillReason, str, str]:
+    """A KillJob as (reason, the log's words, the state to report)."""
+    try:
+        reason = KillReason(kill.reason)
+        why = reason.words
+    except ValueError:  # none given, or one this worker does not know
+        reason, why = KillReason.CANCEL, kill.reason or "killed"
+    state = _KILL_STATES.get(reason, JobState.CANCELLED).value
+    return reason, f"{why} (scheduler)", kill.state or state
 
 
 class LeaseRun:
@@ -41,15 +76,21 @@ class LeaseRun:
         self.dirs = dirs
         self.spool: LogSpool | None = None
         self.shipper: LogShipper | None = None
-        self.runner: JobRunner | None = None
         self.task: asyncio.Task[None] | None = None
         self.slot_wait: asyncio.Future[bool] | None = None
         self.has_slot = False
         self.kill: tuple[KillReason, str, str] | None = None  # reason, message, state
+        # Set once the supervisor was asked to start it; its Exited resolves `exited`.
+        self.exited: asyncio.Future[Exited] | None = None
+        self.pid: int | None = None
         self.start_reported = False
         self.finished: JobFinishedReport | None = None
         self.finished_sent = False
         self.finished_acked = False  # the server journaled it (ResultAck)
+        manifest = lease.manifest
+        self.outputs: tuple[str, ...] = manifest.outputs if manifest is not None else ()
+        self.checkpoint_dir = manifest.checkpoint_dir if manifest is not None else None
+        self.function: DigestFunction = lease.function
 
     @property
     def lease_id(self) -> str:
@@ -61,18 +102,83 @@ class LeaseRun:
         says it journaled the run's end."""
         return not self.finished_acked
 
+    @property
+    def live(self) -> bool:
+        """Started in the supervisor and not yet exited."""
+        return self.exited is not None and not self.exited.done()
+
+    def close(self) -> None:
+        """Let go of the log: its shipper's buffer and timer, its spool's fd."""
+        if self.shipper is not None:
+            self.shipper.close()
+        if self.spool is not None:
+            self.spool.close()
+
+    def owner(self) -> dict[str, Any]:
+        """What the supervisor keeps for a restarted daemon to report this run."""
+        return {
+            "job_id": self.lease.job_id,
+            "task_index": self.lease.task_index,
+            "attempt": self.lease.attempt,
+            "outputs": list(self.outputs),
+            "checkpoint_dir": self.checkpoint_dir,
+            "function": self.function.value,
+        }
+
+    @classmethod
+    def reattached(cls, lease_id: str, owner: Mapping[str, Any], dirs: RunDirs) -> LeaseRun:
+        """A run a previous daemon started, rebuilt from what the supervisor kept."""
+        lease = JobLeaseInfo(
+            lease_id=lease_id,
+            job_id=str(owner["job_id"]),
+            manifest=None,
+            task_index=int(owner["task_index"]),
+            attempt=int(owner["attempt"]),
+            unreadable="re-attached after a worker restart",
+        )
+        run = cls(lease, dirs)
+        run.outputs = tuple(owner.get("outputs") or ())
+        run.checkpoint_dir = owner.get("checkpoint_dir")
+        run.function = DigestFunction(owner.get("function") or DEFAULT_FUNCTION.value)
+        return run
+
+
+def reattach(
+    info: RunInfo,
+    root: Path,
+    send: Callable[[JobReport], None],
+    connected: Callable[[], bool],
+) -> LeaseRun | None:
+    """A run the supervisor holds for a previous daemon, with its log read from the
+    spool from the last acknowledged seq; None (logged) when it cannot be read back."""
+    spec = info.spec
+    dirs = RunDirs(root=root / spec.lease_id)
+    try:
+        run = LeaseRun.reattached(spec.lease_id, spec.owner, dirs)
+        run.spool = LogSpool(dirs.spool, writable=False)
+    except (KeyError, ValueError, TypeError, LogSpoolError) as e:
+        log.error("cannot re-attach run %s: %s; it is left to stop", spec.lease_id, e)
+        return None
+    run.shipper = LogShipper(run.lease, run.spool, send=send, connected=connected)
+    run.shipper.sent = run.shipper.acked = min(info.acked, run.shipper.last)
+    run.pid = info.pid
+    run.start_reported = True  # a previous daemon did, or its JobFinished will say
+    run.exited = asyncio.get_running_loop().create_future()
+    if info.exited is not None:
+        run.exited.set_result(info.exited)
+    run.has_slot = True
+    return run
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HostSetup:
     """What every run on one worker shares."""
 
     store: BlobStore
-    backend: CgroupBackend
     hostname: str
     grace_s: float
     env: Mapping[str, str] | None = None
-    prefetch: Callable[[Digest], None] | None = None
-    record_pgid: bool = False  # for the lease watchdog (rbs.executor.lease)
+    prefetch: Callable[[Any], None] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,8 +191,9 @@ class RunResult:
     function: DigestFunction = DEFAULT_FUNCTION
 
 
-def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
-    """Set up, run and clean up one lease (blocking; call on a thread)."""
+def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResult:
+    """Folders, inputs, first notes (blocking; call on a thread): the spec to start, or
+    the result of a run that cannot start."""
     lease, dirs = run.lease, run.dirs
     dirs.root.mkdir(parents=True, exist_ok=True)
     spool = run.spool = LogSpool(dirs.spool)
@@ -121,35 +228,75 @@ def execute(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunResult:
                 f"time limit {format_duration(manifest.time_limit)}, enforced by the scheduler: "
                 f"SIGTERM, then SIGKILL {host.grace_s:g}s later"
             )
-        spec = job_spec(lease, manifest, dirs, host)
+        spec = run_spec(run, job_spec(lease, manifest, dirs, host))
     except (CasError, OSError, ValueError) as e:
         return RunResult(problem=f"cannot prepare the job: {e}", function=fn)
-    runner = run.runner = JobRunner(
-        spec, spool=spool, backend=host.backend, sink=sink, hostname=host.hostname
+    # The supervisor appends from here on; this side only reads until the run exits.
+    spool.close()
+    run.spool = LogSpool(dirs.spool, writable=False)
+    return spec
+
+
+def run_spec(run: LeaseRun, spec: JobSpec) -> RunSpec:
+    """The supervisor's view of a job process."""
+    task = f" task {spec.task_id}" if spec.task_id is not None else ""
+    return RunSpec(
+        lease_id=run.lease_id,
+        argv=spec.argv,
+        env=spec.final_env(),
+        cwd=str(spec.workdir),
+        spool=str(run.dirs.spool),
+        key=spec.key,
+        title=f"job {spec.job_id}{task} attempt {spec.attempt}",
+        cpus=spec.cpus,
+        memory_bytes=spec.memory_bytes,
+        pids_max=spec.pids_max,
+        gpus=spec.gpu_ids,
+        grace_s=spec.grace_s,
+        max_line_chars=spec.max_line_chars,
+        owner=run.owner(),
     )
-    if host.record_pgid:
-        runner.pgid_file = dirs.root / PGID_FILE
-    if run.kill is not None:
-        runner.kill(run.kill[0], run.kill[1])
-    outcome = runner.run()
+
+
+def finish(run: LeaseRun, store: BlobStore, exited: Exited, sink: LogSink) -> RunResult:
+    """Store the outputs and checkpoint of an exited run and note it in its log."""
+    spool = run.spool = LogSpool(run.dirs.spool)
     trees = CollectedTrees()
-    if manifest.outputs or manifest.checkpoint_dir:
+    if run.outputs or run.checkpoint_dir:
         try:
             trees = jobfiles.collect(
-                host.store,
-                dirs.work,
-                outputs=manifest.outputs,
-                checkpoint_dir=manifest.checkpoint_dir,
-                function=fn,
+                store,
+                run.dirs.work,
+                outputs=run.outputs,
+                checkpoint_dir=run.checkpoint_dir,
+                function=run.function,
             )
         except (CasError, OSError, ValueError) as e:
             log.warning("lease %s: storing outputs failed: %s", run.lease_id, e)
             trees = CollectedTrees(notes=(f"storing the job's outputs failed: {e}",))
-    for text in trees.notes:
-        note(text)
-    jobfiles.remove(dirs.work)
-    jobfiles.remove(dirs.tmp)
-    return RunResult(outcome=outcome, trees=trees, function=fn)
+    if trees.notes:
+        sink(spool.append([(LogStream.SYS, text, True) for text in trees.notes]))
+    return RunResult(outcome=outcome_of(exited), trees=trees, function=run.function)
+
+
+def outcome_of(exited: Exited) -> JobOutcome:
+    try:
+        reason = KillReason(exited.kill_reason) if exited.kill_reason else None
+    except ValueError:
+        reason = KillReason.NODE_FAIL
+    return JobOutcome(
+        state=JobState(exited.state),
+        exit_code=exited.exit_code,
+        signal=exited.signal,
+        kill_reason=reason,
+        peak_memory_bytes=exited.peak_memory_bytes,
+        oom_kills=exited.oom_kills,
+        cpu_time_s=exited.cpu_time_s,
+        started_at=exited.started_at,
+        ended_at=exited.ended_at or time.time(),
+        cgroup=exited.cgroup,
+        error=exited.error,
+    )
 
 
 def job_spec(lease: JobLeaseInfo, manifest: JobManifest, dirs: RunDirs, host: HostSetup) -> JobSpec:
@@ -170,4 +317,65 @@ def job_spec(lease: JobLeaseInfo, manifest: JobManifest, dirs: RunDirs, host: Ho
         time_limit_s=None,  # the scheduler enforces it with KillJob(reason="timeout")
         grace_s=host.grace_s,
         outputs=(),  # collected by jobfiles.collect, into one tree
+    )
+
+
+def report(run: LeaseRun, result: RunResult, sys_note: Callable[[str], None]) -> JobFinishedReport:
+    """The JobFinished of a run that ended as `result` says."""
+    outcome = result.outcome
+    if result.problem is not None:
+        sys_note(result.problem)
+        return finished(run.lease, JobState.FAILED.value, START_FAILED_EXIT, message=result.problem)
+    if outcome is None:  # killed before it started
+        reason = run.kill[1] if run.kill else "killed before it started"
+        state = (run.kill[2] if run.kill else "") or JobState.CANCELLED.value
+        return finished(run.lease, state, 0, message=reason)
+    state = outcome.state.value
+    if run.kill is not None and outcome.kill_reason is not None and run.kill[2]:
+        state = run.kill[2]
+    if outcome.error is not None:
+        code, sig = START_FAILED_EXIT, 0
+    elif outcome.signal is not None:
+        code, sig = 128 + outcome.signal, outcome.signal
+    else:
+        code, sig = outcome.exit_code or 0, 0
+    return finished(
+        run.lease,
+        state,
+        code,
+        signal=sig,
+        peak=outcome.peak_memory_bytes or 0,
+        oom=outcome.oom_kills > 0,
+        message="" if outcome.state is JobState.COMPLETED else outcome.describe(),
+        trees=result,
+    )
+
+
+def finished(
+    lease: JobLeaseInfo,
+    state: str,
+    exit_code: int,
+    *,
+    signal: int = 0,
+    peak: int = 0,
+    oom: bool = False,
+    message: str = "",
+    trees: RunResult | None = None,
+) -> JobFinishedReport:
+    """The report of a run; with `trees`, the run's stored outputs and checkpoint too."""
+    return JobFinishedReport(
+        lease_id=lease.lease_id,
+        job_id=lease.job_id,
+        task_index=lease.task_index,
+        attempt=lease.attempt,
+        state=state,
+        exit_code=exit_code,
+        signal=signal,
+        peak_memory_bytes=peak,
+        oom_killed=oom,
+        message=message,
+        finished_at_ns=time.time_ns(),
+        digest_function=trees.function if trees is not None else None,
+        output_tree=trees.trees.outputs if trees is not None else None,
+        checkpoint_tree=trees.trees.checkpoint if trees is not None else None,
     )

@@ -14,12 +14,16 @@ Everything here runs on the worker's event loop thread.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from rbs.executor.joblog import LogSpool, LogSpoolError
 from rbs.model import LogLine
-from rbs.wire.workers_jobs import JobLeaseInfo, JobReport, LogBatch
+from rbs.wire.workers_jobs import JobLeaseInfo, JobReport, JobStartedReport, LogBatch
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +32,8 @@ BATCH_LINES = 500
 BATCH_DELAY_S = 0.05
 # While disconnected, lines beyond this many are left to the spool, not kept in memory.
 MAX_BUFFERED = 20_000
+# A run still going this long after its process started is reported as started.
+START_REPORT_DELAY_S = 0.05
 
 
 class LogShipper:
@@ -130,3 +136,68 @@ class LogShipper:
             self._timer.cancel()
             self._timer = None
         self._buffer = []
+
+
+def thread_sink(
+    deliver: Callable[[Sequence[LogLine]], None],
+) -> Callable[[Sequence[LogLine]], None]:
+    """A sink for a worker thread that hands lines to `deliver` on the running loop,
+    many per wake-up of the loop."""
+    loop = asyncio.get_running_loop()
+    lock = threading.Lock()
+    pending: list[LogLine] = []
+
+    def drain() -> None:
+        with lock:
+            lines = pending[:]
+            pending.clear()
+        deliver(lines)
+
+    def sink(lines: Sequence[LogLine]) -> None:
+        with lock:
+            wake = not pending
+            pending.extend(lines)
+        if wake:
+            loop.call_soon_threadsafe(drain)
+
+    return sink
+
+
+class StartReports:
+    """JobStarted for runs still alive `START_REPORT_DELAY_S` after their start: a job
+    over sooner needs none (its JobFinished says everything), which spares the stream a
+    message per short job. One timer for every pending report, not one per run."""
+
+    def __init__(self, send: Callable[[JobReport], None]) -> None:
+        self._send = send
+        self._queue: collections.deque[tuple[float, float, Any]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, run: Any, started_at: float) -> None:
+        """`run` is a jobrun.LeaseRun (its lease, pid, and whether it still runs)."""
+        self._queue.append((time.monotonic(), started_at, run))
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(START_REPORT_DELAY_S, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = time.monotonic()
+        while self._queue and now - self._queue[0][0] >= START_REPORT_DELAY_S:
+            _, started_at, run = self._queue.popleft()
+            if run.pid is None or not run.live or run.start_reported:
+                continue  # over already
+            run.start_reported = True
+            lease = run.lease
+            self._send(
+                JobStartedReport(
+                    lease_id=lease.lease_id,
+                    job_id=lease.job_id,
+                    task_index=lease.task_index,
+                    attempt=lease.attempt,
+                    pid=run.pid,
+                    started_at=started_at,
+                )
+            )
+        if self._queue:
+            wait = START_REPORT_DELAY_S - (now - self._queue[0][0])
+            self._timer = asyncio.get_running_loop().call_later(wait, self._fire)

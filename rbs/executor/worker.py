@@ -36,8 +36,9 @@ from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionExecutor, ActionOutcome
 from rbs.executor.cgroups import detect
 from rbs.executor.jobhost import JobHost, cgroup_scope
-from rbs.executor.lease import WorkerLease, start_watchdog
+from rbs.executor.lease import WorkerLease
 from rbs.executor.machine import machine_resources
+from rbs.executor.supervisor_client import SupervisorError
 from rbs.model import Digest, DigestFunction
 from rbs.wire.actions import directory_children
 from rbs.wire.reapi_client import (
@@ -98,6 +99,8 @@ class WorkerConfig:
     reconnect_timeout_s: float = 300.0
     link_inputs: bool = True
     cache_max_bytes: int | None = None
+    # On stop, leave the job runs to the run supervisor for the next daemon to re-attach.
+    leave_jobs_running: bool = False
 
     def __post_init__(self) -> None:
         parse_target(self.server)
@@ -190,7 +193,7 @@ class Worker:
         self.connected = asyncio.Event()
         self._heard_at = 0.0  # loop time of the server's last word
         self.jobs: JobHost | None = None
-        self.lease = WorkerLease(config.work_dir)
+        self.lease = WorkerLease()
         if self.register.job_slots > 0:
             self.jobs = JobHost(
                 work_dir=config.work_dir,
@@ -200,9 +203,10 @@ class Worker:
                 slots=self.register.job_slots,
                 hostname=hostname,
                 backend=detect(scope=cgroup_scope(self.worker_id)),
+                scope=cgroup_scope(self.worker_id),
                 prefetch=self._prefetch,
-                lease=self.lease,
             )
+            self.lease.on_renew = self.jobs.renew
             self.job_handler = self.jobs.handle
 
     # ------------------------------------------------------------------ lifecycle
@@ -210,7 +214,11 @@ class Worker:
     async def run(self) -> None:
         target = parse_target(self.config.server)
         await asyncio.to_thread(self.runner.clean_leftovers)
-        watchdog = start_watchdog(self.config.work_dir) if self.jobs is not None else None
+        if self.jobs is not None:
+            try:
+                await self.jobs.start()  # re-attaches to the runs a supervisor still holds
+            except (SupervisorError, OSError) as e:
+                raise WorkerError(f"cannot run jobs: {e}") from None
         backoff = 0.2
         loop = asyncio.get_running_loop()
         # The reconnect timeout counts from the last time the server was reachable (a
@@ -253,11 +261,7 @@ class Worker:
         finally:
             await self._cancel_all()
             if self.jobs is not None:
-                await self.jobs.stop()
-            self.lease.clear()
-            if watchdog is not None:
-                watchdog.terminate()
-                await asyncio.to_thread(watchdog.wait)
+                await self.jobs.stop(leave_running=self.config.leave_jobs_running)
             self._channel.close()
 
     def stop(self) -> None:

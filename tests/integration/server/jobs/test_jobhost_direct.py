@@ -64,8 +64,12 @@ class Wire:
         return None
 
 
+# Stopped after each test: a host's runs live in its run supervisor, a process.
+_HOSTS: list[JobHost] = []
+
+
 def _host(tmp_path: Path, wire: Wire, slots: int = 2) -> JobHost:
-    return JobHost(
+    host = JobHost(
         work_dir=tmp_path / "worker",
         store=MemoryStore(),
         send=wire.send,
@@ -75,6 +79,8 @@ def _host(tmp_path: Path, wire: Wire, slots: int = 2) -> JobHost:
         backend=NullBackend("not needed here"),
         grace_s=1.0,
     )
+    _HOSTS.append(host)
+    return host
 
 
 def _order(msg: w_pb2.ServerMessage) -> JobOrder:
@@ -111,7 +117,14 @@ async def _until(what: str, check: Callable[[], object], timeout: float = 20) ->
 
 
 def _run(coro: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(asyncio.wait_for(coro(), 60))
+    async def main() -> None:
+        try:
+            await coro()
+        finally:
+            while _HOSTS:
+                await _HOSTS.pop().stop()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def test_lines_then_finished_in_order_and_cleanup_after_ack(tmp_path: Path) -> None:

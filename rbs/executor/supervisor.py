@@ -1,0 +1,419 @@
+"""The run supervisor: one process per worker that holds every job run and outlives the daemon.
+
+As slurmstepd outlives slurmd. The worker daemon starts it (`python -m
+rbs.executor.supervisor WORK_DIR CGROUPS SCOPE HOSTNAME`) in its own session and talks
+to it over `<work-dir>/supervisor.sock` (`rbs.executor.supervisor_proto`). One poll
+loop, no thread per run: the listening socket, the daemon's connection, every run's
+stdout/stderr pipes and pidfd are in one epoll set; the deadlines (SIGKILL after a
+grace, the end of an output drain, the lease) give its timeout.
+
+It owns the runs: spawns them (`supervisor_run.SupervisedRun`), writes their output
+to their log spools, kills them on request, reaps them, and keeps each ended run's
+`Exited` until the daemon says `Forget`. It also enforces the lease the daemon renews
+(docs/design/runs.md, section 2): once the lease has passed, every live run gets
+SIGTERM, SIGKILL after the server's grace, and ends `lapsed`. So a daemon that is
+killed, frozen or restarted changes nothing for the runs: a new daemon connects,
+asks `ListRuns`, and carries on with them.
+
+A fresh supervisor first kills what a dead one left (the worker's cgroup scope, and
+the process groups named in `jobs/*/pgid`). It exits once no daemon is connected and
+it holds nothing a daemon still needs: no live run, and no ended run that was neither
+forgotten nor stopped by its lapsed lease. Those are kept for a restarted daemon to
+report until `LINGER_S` past the lease's end (or past the daemon's leaving, with no
+lease): by then the server has given the runs up and requeued them.
+Standard library only (plus rbs's own stdlib-only modules): it starts fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from rbs.executor.cgroup_base import CgroupBackend, CgroupError
+from rbs.executor.cgroups import detect
+from rbs.executor.joblog import record_of
+from rbs.executor.supervisor_proto import (
+    SOCKET_NAME,
+    Exited,
+    Forget,
+    FrameReader,
+    KillRun,
+    Lines,
+    ListRuns,
+    Message,
+    ProtocolError,
+    Renew,
+    RunInfo,
+    Runs,
+    Shutdown,
+    Started,
+    StartRun,
+    decode,
+    encode,
+    socket_address,
+)
+from rbs.executor.supervisor_run import PGID_FILE, SupervisedRun
+from rbs.model import LogLine
+
+log = logging.getLogger("rbs.executor.supervisor")
+
+# With no daemon connected, how long to keep ended runs no daemon has forgotten.
+LINGER_S = 60.0
+# How long a fresh supervisor waits for the daemon that started it to connect.
+FIRST_CONNECT_S = 120.0
+# A daemon that reads nothing (frozen) gets no more than this many bytes queued; past
+# it, Lines events are dropped (the spool has them) while Exited and Runs still go.
+MAX_OUTBOX = 32 << 20
+LAPSE_REASON = "lease"
+LAPSE_MESSAGE = "the worker's lease lapsed (no word from the server)"
+
+
+class Supervisor:
+    """The loop; see the module docstring."""
+
+    def __init__(self, work_dir: Path, backend: CgroupBackend, hostname: str) -> None:
+        self.work_dir = work_dir
+        self.backend = backend
+        self.hostname = hostname
+        self.sel = selectors.DefaultSelector()
+        self.runs: dict[str, SupervisedRun] = {}
+        self.lease_until = 0.0  # 0: no lease
+        self.lease_grace = 10.0
+        self.conn: socket.socket | None = None
+        self.reader = FrameReader()
+        self.outbox = bytearray()
+        self.alone_since: float | None = time.monotonic()  # no daemon connected
+        self.ever_connected = False
+        self.shutting_down = False
+        self._pending_lines: dict[str, list[LogLine]] = {}
+        self.listener = self._listen()
+
+    # ---- setup ------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """Kill what a previous supervisor's runs left: nothing of them can be re-attached."""
+        try:
+            swept = self.backend.sweep()
+            if swept:
+                log.info("killed and removed %d job cgroup(s) left by a previous run", len(swept))
+        except CgroupError as e:
+            log.warning("could not sweep job cgroups left by a previous run: %s", e)
+        for pgid_file in (self.work_dir / "jobs").glob(f"*/{PGID_FILE}"):
+            with contextlib.suppress(OSError, ValueError):
+                os.killpg(int(pgid_file.read_text()), signal.SIGKILL)
+
+    def _listen(self) -> socket.socket:
+        path, dir_fd = socket_address(self.work_dir)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
+        sock.listen(4)
+        sock.setblocking(False)
+        self.sel.register(sock, selectors.EVENT_READ, "listen")
+        return sock
+
+    # ---- the loop ---------------------------------------------------------------
+
+    def serve(self) -> None:
+        while not self._done():
+            timeout = self._timeout()
+            for key, mask in self.sel.select(timeout):
+                try:
+                    self._dispatch(key, mask)
+                except Exception:
+                    # One run's trouble must not cost the others their supervisor.
+                    log.exception("handling an event failed")
+            now = time.monotonic()
+            self._check_lease(now)
+            for run in list(self.runs.values()):
+                wake = run.next_wake()
+                if wake is not None and now >= wake:
+                    run.tick(now)
+                    self._after(run)
+            self._flush()
+
+    def _timeout(self) -> float | None:
+        wakes = [w for r in self.runs.values() if (w := r.next_wake()) is not None]
+        if self.lease_until > 0 and any(
+            r.exited is None and not r.lapsed for r in self.runs.values()
+        ):
+            wakes.append(self.lease_until)
+        if self.conn is None and self.alone_since is not None:
+            wakes.append(self._linger_end())
+        if not wakes:
+            return None
+        return max(0.0, min(wakes) - time.monotonic()) + 0.001
+
+    def _done(self) -> bool:
+        if self.conn is not None:
+            return False
+        now = time.monotonic()
+        if self.shutting_down:
+            return all(r.exited is not None for r in self.runs.values())
+        if not self.ever_connected:  # the daemon that started it is still connecting
+            return self.alone_since is not None and now - self.alone_since > FIRST_CONNECT_S
+        for run in self.runs.values():
+            if run.exited is None:
+                return False
+            if not run.exited.lapsed and now < self._linger_end():
+                return False
+        return True
+
+    def _linger_end(self) -> float:
+        """With no daemon: when the ended runs stop being worth keeping."""
+        assert self.alone_since is not None
+        if not self.ever_connected:
+            return self.alone_since + FIRST_CONNECT_S
+        return max(self.lease_until, self.alone_since) + LINGER_S
+
+    def _dispatch(self, key: selectors.SelectorKey, mask: int) -> None:
+        data = key.data
+        if data == "listen":
+            self._accept()
+        elif data == "conn":
+            if mask & selectors.EVENT_READ:
+                self._read_conn()
+            if mask & selectors.EVENT_WRITE and self.conn is not None:
+                self._write_conn()
+        elif isinstance(data, tuple):
+            run, what = data
+            if what == "pidfd":
+                run.reap()
+            elif run.read(key.fd) < 0:
+                run.pipe_closed()
+            self._after(run)
+
+    def _unwatch(self, fd: int) -> None:
+        """A run is about to close one of its fds."""
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(fd)
+
+    def _after(self, run: SupervisedRun) -> None:
+        """Send a run's Exited once it has one (after its last lines)."""
+        if run.exited is not None and not run.reported:
+            run.reported = True
+            self._send_lines(run.spec.lease_id)
+            self._send(run.exited)
+
+    # ---- the daemon's connection ------------------------------------------------
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        if self.conn is not None:
+            log.warning("a new daemon connected; closing the old connection")
+            self._drop_conn()
+        conn.setblocking(False)
+        self.conn = conn
+        self.ever_connected = True
+        self.shutting_down = False
+        self.reader = FrameReader()
+        self.outbox = bytearray()
+        self.alone_since = None
+        self._pending_lines.clear()
+        self.sel.register(conn, selectors.EVENT_READ, "conn")
+
+    def _drop_conn(self) -> None:
+        if self.conn is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(self.conn)
+        self.conn.close()
+        self.conn = None
+        self.outbox = bytearray()
+        self._pending_lines.clear()
+        self.alone_since = time.monotonic()
+
+    def _read_conn(self) -> None:
+        assert self.conn is not None
+        try:
+            data = self.conn.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop_conn()
+            return
+        try:
+            for body in self.reader.feed(data):
+                self._handle(decode(body))
+        except ProtocolError as e:
+            log.error("closing the daemon's connection: %s", e)
+            self._drop_conn()
+
+    def _send(self, msg: Message) -> None:
+        if self.conn is None:
+            return
+        if isinstance(msg, Lines) and len(self.outbox) > MAX_OUTBOX:
+            return
+        self.outbox += encode(msg)
+
+    def _send_lines(self, lease_id: str) -> None:
+        lines = self._pending_lines.pop(lease_id, None)
+        if lines:
+            self._send(Lines(lease_id=lease_id, records=tuple(record_of(ln) for ln in lines)))
+
+    def _flush(self) -> None:
+        for lease_id in list(self._pending_lines):
+            self._send_lines(lease_id)
+        if self.conn is not None and self.outbox:
+            self._write_conn()
+
+    def _write_conn(self) -> None:
+        assert self.conn is not None
+        try:
+            n = self.conn.send(self.outbox)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            self._drop_conn()
+            return
+        del self.outbox[:n]
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.outbox else 0)
+        self.sel.modify(self.conn, events, "conn")
+
+    # ---- requests ---------------------------------------------------------------
+
+    def _handle(self, msg: Message) -> None:
+        now = time.monotonic()
+        if isinstance(msg, StartRun):
+            self._start(msg)
+        elif isinstance(msg, KillRun):
+            run = self.runs.get(msg.lease_id)
+            if run is not None and run.exited is None:
+                run.kill(msg.reason, msg.message, run.spec.grace_s, now)
+        elif isinstance(msg, Renew):
+            self.lease_until, self.lease_grace = msg.until, msg.grace_s
+            for lease_id, seq in msg.acked.items():
+                if (run := self.runs.get(lease_id)) is not None:
+                    run.acked = max(run.acked, seq)
+        elif isinstance(msg, ListRuns):
+            self._send(Runs(runs=tuple(self._info(r) for r in self.runs.values())))
+        elif isinstance(msg, Forget):
+            run = self.runs.get(msg.lease_id)
+            if run is not None and run.exited is not None:
+                del self.runs[msg.lease_id]
+        elif isinstance(msg, Shutdown):
+            self.shutting_down = True
+            for lease_id in [k for k, r in self.runs.items() if r.exited is not None]:
+                del self.runs[lease_id]
+
+    def _info(self, run: SupervisedRun) -> RunInfo:
+        return RunInfo(
+            spec=run.spec,
+            pid=run.pid,
+            started_at=run.started_at,
+            acked=run.acked,
+            exited=run.exited,
+        )
+
+    def _start(self, msg: StartRun) -> None:
+        spec = msg.spec
+        if spec.lease_id in self.runs:
+            log.info("run %s is already here; ignoring the repeated start", spec.lease_id)
+            return
+        run = SupervisedRun(
+            spec,
+            backend=self.backend,
+            hostname=self.hostname,
+            emit=self._lines,
+            unwatch=self._unwatch,
+        )
+        self.runs[spec.lease_id] = run
+        try:
+            run.start()
+        except Exception as e:  # e.g. the spool cannot be written: the work dir is full
+            log.exception("run %s could not start", spec.lease_id)
+            run.exited = Exited(
+                lease_id=spec.lease_id, state="FAILED", error=f"{type(e).__name__}: {e}"
+            )
+        if run.pid is not None:
+            self._send_lines(spec.lease_id)
+            self._send(Started(lease_id=spec.lease_id, pid=run.pid, started_at=run.started_at or 0))
+            for fd in run.pipes:
+                self.sel.register(fd, selectors.EVENT_READ, (run, "pipe"))
+            if run.pidfd is not None:
+                self.sel.register(run.pidfd, selectors.EVENT_READ, (run, "pidfd"))
+        self._after(run)
+
+    def _lines(self, run: SupervisedRun, lines: list[LogLine]) -> None:
+        if self.conn is not None and lines:
+            self._pending_lines.setdefault(run.spec.lease_id, []).extend(lines)
+
+    # ---- the lease --------------------------------------------------------------
+
+    def _check_lease(self, now: float) -> None:
+        if self.lease_until <= 0 or now <= self.lease_until:
+            return
+        for run in self.runs.values():
+            if run.exited is None and not run.lapsed and run.pid is not None:
+                run.lapsed = True
+                log.warning("run %s: %s; stopping it", run.spec.lease_id, LAPSE_MESSAGE)
+                if run.kill_reason is None:
+                    run.kill(LAPSE_REASON, LAPSE_MESSAGE, self.lease_grace, now)
+                else:  # already being killed: SIGKILL no later than the server's grace
+                    run.kill_at = min(run.kill_at or now, now + self.lease_grace)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4:
+        print(
+            "usage: python -m rbs.executor.supervisor WORK_DIR CGROUPS SCOPE HOSTNAME",
+            file=sys.stderr,
+        )
+        return 2
+    work_dir, kind, scope, hostname = Path(argv[0]), argv[1], argv[2], argv[3]
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s supervisor: %(message)s"
+    )
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the daemon's terminal is not for it
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    backend = detect(kind, scope=scope)
+    try:
+        sup = Supervisor(work_dir, backend, hostname)
+    except OSError as e:
+        print(f"rbs supervisor: cannot listen on {work_dir / SOCKET_NAME}: {e}", file=sys.stderr)
+        return 1
+    sup.sweep()
+    with open(work_dir / "supervisor.pid.tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(work_dir / "supervisor.pid.tmp", work_dir / "supervisor.pid")
+    # Ready: the daemon reads this line, then the pipe is let go.
+    with contextlib.suppress(OSError):
+        os.write(1, b"ready\n")
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    try:
+        sup.serve()
+    finally:
+        # Only this supervisor's own socket: a newer one may have taken the path.
+        with contextlib.suppress(OSError):
+            if (work_dir / "supervisor.pid").read_text() == str(os.getpid()):
+                path, dir_fd = socket_address(work_dir)
+                try:
+                    os.unlink(path)
+                finally:
+                    if dir_fd is not None:
+                        os.close(dir_fd)
+                os.unlink(work_dir / "supervisor.pid")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

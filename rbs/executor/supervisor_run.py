@@ -1,0 +1,410 @@
+"""One run inside the supervisor: spawn into its cgroup, read its pipes, kill, reap, sum up.
+
+Nothing here blocks: the supervisor's one poll loop (`rbs.executor.supervisor`) hands
+each run its readable pipes and pidfd and calls `tick` at the deadlines `next_wake`
+names. How a run starts is the old runner's way: a tiny /bin/sh shim is spawned with
+`posix_spawn` in a new session (its own process group) and blocks reading a pipe; the
+shim's pid is written into the run's cgroup(s), then it is released, changes to the
+run's folder and execs the job, so the job never runs an instruction outside its
+cgroup. This is where a container, a pty, a uid or cpu pinning would be set up
+(`RunSpec` names them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shlex
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rbs.executor import procs
+from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, Limits, NullCgroup
+from rbs.executor.joblog import LineSplitter, LogSpool
+from rbs.executor.supervisor_proto import Exited, RunSpec
+from rbs.model import LogLine, LogStream
+
+SHIM = 'cd -- "$0" || exit 125; read -r _ || exit 125; exec </dev/null; exec "$@"'
+READ_CHUNK = 64 * 1024
+# Without a pidfd, how often to ask whether the job has exited.
+POLL_FALLBACK_S = 0.05
+# After the main process is gone, how long to read output a process that escaped the
+# job's process group and cgroup may still hold open.
+DRAIN_S = 2.0
+PGID_FILE = "pgid"  # in the run's folder: a fresh supervisor kills what it names
+
+Emit = Callable[["SupervisedRun", list[LogLine]], None]
+
+
+class SupervisedRun:
+    """A run from `start` to its `exited` summary; see the module docstring."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        *,
+        backend: CgroupBackend,
+        hostname: str,
+        emit: Emit,
+        unwatch: Callable[[int], None] = lambda fd: None,
+    ) -> None:
+        self.spec = spec
+        self._unwatch = unwatch  # called before an fd the loop polls is closed
+        self.reported = False  # Exited sent to the daemon
+        self._backend = backend
+        self._hostname = hostname
+        self._emit_to = emit
+        self.spool: LogSpool | None = None
+        self.pid: int | None = None
+        self.pidfd: int | None = None
+        self.started_at: float | None = None
+        self.pipes: dict[int, tuple[LogStream, LineSplitter]] = {}
+        self.cgroup: JobCgroup = NullCgroup("not created")
+        self.kill_reason: str | None = None
+        self.kill_at: float | None = None
+        self.drain_until: float | None = None
+        self.poll_at: float | None = None
+        self.lapsed = False
+        self.acked = 0
+        self.exited: Exited | None = None
+        self._start_mono = 0.0
+        self._wait: tuple[int, resource.struct_rusage | None] | None = None
+        self._held: list[tuple[LogStream, str, bool]] | None = []
+
+    # ---- log lines --------------------------------------------------------------
+
+    def _emit(self, entries: list[tuple[LogStream, str, bool]]) -> None:
+        if not entries or self.spool is None:
+            return
+        self._emit_to(self, self.spool.append(entries))
+
+    def _sys(self, text: str) -> None:
+        if self._held is not None:
+            self._held.append((LogStream.SYS, text, True))
+        else:
+            self._emit([(LogStream.SYS, text, True)])
+
+    def _release(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            self._emit(held)
+
+    @property
+    def last_seq(self) -> int:
+        return self.spool.next_seq - 1 if self.spool is not None else 0
+
+    # ---- start ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the run; on failure `exited` is set (state FAILED, `error`)."""
+        spec = self.spec
+        self.spool = LogSpool(Path(spec.spool))
+        self._sys(
+            f"{spec.title or spec.key} on host {self._hostname}: "
+            f"running {shlex.join(spec.argv)} in {spec.cwd}"
+        )
+        problem = self._precheck()
+        if problem is not None:
+            self._fail(problem)
+            return
+        try:
+            limits = Limits(cpus=spec.cpus, memory_bytes=spec.memory_bytes, pids_max=spec.pids_max)
+            self.cgroup = self._backend.create(spec.key, limits)
+        except (CgroupError, ValueError) as e:
+            self.cgroup = NullCgroup(f"creating it failed: {e}")
+        if isinstance(self.cgroup, NullCgroup):
+            self._sys(f"running without a cgroup: {self.cgroup.reason}")
+        else:
+            self._sys(f"cgroup: {self.cgroup.description}")
+        for note in self.cgroup.notes:
+            self._sys(note)
+        self._sys(_limits_line(spec))
+        error = self._spawn()
+        if error is not None:
+            self._remove_cgroup()
+            self._fail(error)
+            return
+        assert self.pid is not None
+        self._sys(f"started pid {self.pid} (process group {self.pid})")
+        self._release()  # before the job's first output line
+
+    def _precheck(self) -> str | None:
+        spec = self.spec
+        if unsupported := spec.unsupported():
+            return f"this worker's run supervisor does not support {', '.join(unsupported)}"
+        if not os.path.isdir(spec.cwd):
+            return f"work folder {spec.cwd} does not exist or is not a folder"
+        cmd = spec.argv[0]
+        env_path = spec.env.get("PATH", os.defpath)
+        if "/" in cmd:
+            exe = cmd if os.path.isabs(cmd) else os.path.join(spec.cwd, cmd)
+            if not os.path.isfile(exe):
+                return f"program {cmd!r} not found (looked for {exe})"
+            if not os.access(exe, os.X_OK):
+                return (
+                    f"program {cmd!r} is not executable; chmod +x it or run it via its interpreter"
+                )
+        elif shutil.which(cmd, path=_abs_path(env_path, spec.cwd)) is None:
+            return f"program {cmd!r} not found on the job's PATH ({env_path})"
+        return None
+
+    def _spawn(self) -> str | None:
+        spec = self.spec
+        go_r, go_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            pid = os.posix_spawn(
+                "/bin/sh",
+                ["/bin/sh", "-c", SHIM, spec.cwd, *spec.argv],
+                dict(spec.env),
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, go_r, 0),
+                    (os.POSIX_SPAWN_DUP2, out_w, 1),
+                    (os.POSIX_SPAWN_DUP2, err_w, 2),
+                ],
+                setsid=True,
+            )
+        except OSError as e:
+            for fd in (go_r, go_w, out_r, out_w, err_r, err_w):
+                os.close(fd)
+            return f"cannot spawn the job: {e}"
+        for fd in (go_r, out_w, err_w):
+            os.close(fd)
+        try:
+            self.cgroup.join(pid)
+        except CgroupError as e:
+            os.close(go_w)  # the shim sees EOF and exits without running the job
+            os.waitpid(pid, 0)
+            os.close(out_r)
+            os.close(err_r)
+            return f"cannot move the job into its cgroup: {e}"
+        os.write(go_w, b"go\n")
+        os.close(go_w)
+        self.pid = pid
+        self.started_at = time.time()
+        self._start_mono = time.monotonic()
+        for fd, stream in ((out_r, LogStream.OUT), (err_r, LogStream.ERR)):
+            os.set_blocking(fd, False)
+            self.pipes[fd] = (stream, LineSplitter(spec.max_line_chars))
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except OSError:
+            self.poll_at = self._start_mono + POLL_FALLBACK_S  # kernels before 5.3
+        with (
+            contextlib.suppress(OSError),
+            open(os.path.join(os.path.dirname(spec.spool), PGID_FILE), "w") as f,
+        ):
+            f.write(str(pid))
+        return None
+
+    def _fail(self, error: str) -> None:
+        self._sys(f"cannot start the job: {error}")
+        self._release()
+        self._finish(Exited(lease_id=self.spec.lease_id, state="FAILED", error=error))
+
+    # ---- while it runs ----------------------------------------------------------
+
+    def read(self, fd: int) -> int:
+        """Read one chunk of a pipe: 1 read some, 0 nothing there, -1 at its end (closed)."""
+        stream, splitter = self.pipes[fd]
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return 0
+        if data:
+            self._emit([(stream, text, eol) for text, eol in splitter.feed(data)])
+            return 1
+        del self.pipes[fd]
+        self._unwatch(fd)
+        os.close(fd)
+        self._emit([(stream, text, eol) for text, eol in splitter.finish()])
+        return -1
+
+    def kill(self, reason: str, message: str, grace_s: float, now: float) -> None:
+        """SIGTERM now, SIGKILL after `grace_s` (the first reason wins)."""
+        if self.kill_reason is not None or self.pid is None or self._wait is not None:
+            return
+        self.kill_reason = reason
+        if grace_s > 0:
+            self._sys(
+                f"{message}: sending SIGTERM to the job's processes; SIGKILL follows in "
+                f"{grace_s:g}s"
+            )
+            self._signal(signal.SIGTERM)
+            self.kill_at = now + grace_s
+        else:
+            self._sys(f"{message}: sending SIGKILL to the job's processes (no grace period)")
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        assert self.pid is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+        with contextlib.suppress(CgroupError):
+            self.cgroup.signal(sig)
+
+    def next_wake(self) -> float | None:
+        times = [t for t in (self.kill_at, self.drain_until, self.poll_at) if t is not None]
+        return min(times) if times else None
+
+    def tick(self, now: float) -> None:
+        """Act on the deadlines that have passed."""
+        if self.kill_at is not None and now >= self.kill_at:
+            self.kill_at = None
+            if self._wait is None:
+                self._sys(f"grace period of {self.spec.grace_s:g}s over: sending SIGKILL")
+                self._signal(signal.SIGKILL)
+        if self.poll_at is not None and now >= self.poll_at:
+            self.poll_at = None
+            self.reap()
+            if self._wait is None:
+                self.poll_at = now + POLL_FALLBACK_S
+        if self.drain_until is not None and now >= self.drain_until:
+            self.drain_until = None
+            for fd in list(self.pipes):
+                stream, splitter = self.pipes.pop(fd)
+                self._unwatch(fd)
+                os.close(fd)
+                self._emit([(stream, text, eol) for text, eol in splitter.finish()])
+            self._sys(
+                "stopped reading output: a process outside the job's process group "
+                "and cgroup still holds its stdout/stderr"
+            )
+            self._summarize()
+
+    def reap(self) -> None:
+        """The pidfd is readable (or it is time to poll): collect the exit, if any."""
+        assert self.pid is not None
+        rusage: resource.struct_rusage | None
+        try:
+            waited, status, rusage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            waited, status, rusage = self.pid, 0, None
+        if waited != self.pid:
+            return
+        self._wait = (status, rusage)
+        if self.pidfd is not None:
+            self._unwatch(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = None
+        self.poll_at = None
+        for fd in list(self.pipes):  # what the pipes hold right now
+            for _ in range(64):  # a process left running may write forever
+                if self.read(fd) != 1:
+                    break
+        tracked = not isinstance(self.cgroup, NullCgroup)
+        try:
+            leftovers = len(self.cgroup.pids()) if tracked else len(procs.group_members(self.pid))
+        except CgroupError:
+            leftovers = 0
+        if leftovers or not tracked:
+            self._signal(signal.SIGKILL)
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        if leftovers:
+            self._sys(f"killed {leftovers} process(es) left running when the main process ended")
+        self._held = []  # the last lines go out together
+        if self.pipes:
+            self.drain_until = time.monotonic() + DRAIN_S
+        else:
+            self._summarize()
+
+    def pipe_closed(self) -> None:
+        """A pipe reached its end after the exit: summarize once both have."""
+        if self._wait is not None and not self.pipes and self.exited is None:
+            self.drain_until = None
+            self._summarize()
+
+    def _summarize(self) -> None:
+        assert self._wait is not None
+        status, rusage = self._wait
+        spec = self.spec
+        code = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - self._start_mono
+        try:
+            usage = self.cgroup.usage()
+        except CgroupError:
+            usage = None
+        peak = usage.peak_memory_bytes if usage is not None else None
+        cpu = usage.cpu_time_s if usage is not None else None
+        oom = usage.oom_kills if usage is not None else 0
+        if peak is None and rusage is not None:
+            peak = rusage.ru_maxrss * 1024  # KiB; the main process and its reaped children
+        if cpu is None and rusage is not None:
+            cpu = rusage.ru_utime + rusage.ru_stime
+        if oom:
+            limit = f" (memory limit {spec.memory_bytes} bytes)" if spec.memory_bytes else ""
+            self._sys(f"out of memory: the kernel killed {oom} process(es){limit}")
+        self._sys(f"exited with code {code}" if code >= 0 else f"killed by {_signame(-code)}")
+        if self.kill_reason == "timeout":
+            state = "TIMEOUT"
+        elif self.kill_reason is not None:
+            state = "CANCELLED"
+        elif oom:
+            state = "OUT_OF_MEMORY"
+        else:
+            state = "COMPLETED" if code == 0 else "FAILED"
+        self._sys(f"ended {state}: peak memory {peak} bytes, cpu {cpu or 0:.3f}s, wall {wall:.3f}s")
+        self._remove_cgroup()
+        self._release()
+        self._finish(
+            Exited(
+                lease_id=spec.lease_id,
+                state=state,
+                exit_code=code if code >= 0 else None,
+                signal=-code if code < 0 else None,
+                kill_reason=self.kill_reason,
+                peak_memory_bytes=peak,
+                oom_kills=oom,
+                cpu_time_s=cpu,
+                started_at=self.started_at,
+                ended_at=time.time(),
+                cgroup=self.cgroup.description,
+                lapsed=self.lapsed,
+            )
+        )
+
+    def _remove_cgroup(self) -> None:
+        try:
+            self.cgroup.remove()
+        except CgroupError as e:
+            self._sys(f"could not remove the job's cgroup: {e}")
+
+    def _finish(self, exited: Exited) -> None:
+        self._release()
+        self.exited = exited
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(os.path.dirname(self.spec.spool), PGID_FILE))
+        if self.spool is not None:
+            self.spool.close()
+
+
+def _abs_path(path: str, cwd: str) -> str:
+    return os.pathsep.join(
+        p if os.path.isabs(p) else os.path.join(cwd, p or ".") for p in path.split(os.pathsep)
+    )
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _limits_line(spec: RunSpec) -> str:
+    parts = [
+        f"cpus {spec.cpus:g}" if spec.cpus is not None else "cpus unlimited",
+        f"memory {spec.memory_bytes} bytes" if spec.memory_bytes else "memory unlimited",
+        "no time limit",
+        f"grace {spec.grace_s:g}s",
+    ]
+    if spec.gpus is not None:
+        parts.append(f"GPUs {','.join(spec.gpus) or 'none'}")
+    return "limits: " + ", ".join(parts)
