@@ -26,7 +26,6 @@ them for the client; errors map to statuses in rbs.wire.errors (`http_error`).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -36,8 +35,11 @@ from aiohttp import web
 
 from rbs.cas.store import BlobStore
 from rbs.scheduler.events import TaskRef
+from rbs.server.config import Config
+from rbs.server.http_guard import HttpGuard
 from rbs.server.job_driver import JobDriver, JobRequestError
 from rbs.server.job_listing import JobListing
+from rbs.server.tls import check_pair, http_context
 from rbs.server.tokens import ServerAuth
 from rbs.wire import jobs_api
 from rbs.wire import jobs_api_requests as req
@@ -52,7 +54,6 @@ from rbs.wire.auth import (
 )
 from rbs.wire.errors import (
     FailedPrecondition,
-    InvalidRequest,
     PermissionDenied,
     Unauthenticated,
     http_error,
@@ -81,11 +82,16 @@ class JobsApi:
     def __init__(self, driver: JobDriver, store: BlobStore, auth: ServerAuth) -> None:
         self.driver = driver
         self.store = store
+        # The connection caps, timeouts and body limits (rbs.server.http_guard); the
+        # server's own come from its [http] table (rbs.server.cluster).
+        self.guard = HttpGuard()
         self.auth = auth
         self.listing = JobListing(driver)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._middleware])
+        app = web.Application(
+            client_max_size=MAX_BODY, middlewares=[self.guard.middleware, self._middleware]
+        )
         r = app.router
         r.add_post("/v1/jobs", self.submit)
         r.add_get("/v1/jobs", self.list_jobs)
@@ -136,10 +142,8 @@ class JobsApi:
         request[PRINCIPAL] = p
 
     async def _json(self, request: web.Request) -> Any:
-        try:
-            return await request.json()
-        except json.JSONDecodeError as e:
-            raise InvalidRequest(f"request body is not JSON: {e}") from None
+        # Bounded in size (413), time (408) and depth (400): rbs.server.http_guard.
+        return await self.guard.read_json(request)
 
     # ---- jobs
 
@@ -203,11 +207,12 @@ class JobsApi:
         await resp.prepare(request)
         logs = self.driver.logs
         while True:
-            lines = logs.read(ref.job_id, after=after, task=ref.index, tail=tail)
+            # Chunks decoded straight to NDJSON (rbs.server.job_logs), no LogLine per line.
+            payload, last = logs.read_payload(ref.job_id, after=after, task=ref.index, tail=tail)
             tail = None
-            if lines:
-                after = lines[-1].seq
-                await resp.write(jobs_api.log_lines_payload(lines))
+            if last is not None:
+                after = last
+                await resp.write(payload)
                 continue
             # Workers send a run's lines before its end on the same ordered stream, so
             # once the job is terminal every line it wrote is stored: nothing is cut off.
@@ -240,7 +245,7 @@ class JobsApi:
         return web.json_response({"missing": [str(d) for d in missing]})
 
     async def cas_batch(self, request: web.Request) -> web.Response:
-        blobs = req.batch_request(await request.read())
+        blobs = req.batch_request(await self.guard.read_body(request, MAX_BODY, total=False))
 
         def put_all() -> None:
             for d, data in blobs:
@@ -257,7 +262,7 @@ class JobsApi:
             return web.json_response({"stored": 0})
         w = self.store.writer(d)
         try:
-            async for chunk in request.content.iter_chunked(1 << 20):
+            while chunk := await self.guard.chunk(request, 1 << 20):
                 await asyncio.to_thread(w.write, chunk)
             await asyncio.to_thread(w.commit)
         except BaseException:
@@ -308,13 +313,23 @@ def _error(exc: Exception) -> web.Response | None:
     return web.json_response(jobs_api.error_doc(code, str(exc)), status=status)
 
 
-async def start_http(api: JobsApi, host: str, port: int) -> web.AppRunner:
-    """Serve the jobs API on host:port; raises OSError when the port is taken."""
-    runner = web.AppRunner(api.app(), access_log=None)
+async def start_http(
+    api: JobsApi, host: str, port: int, config: Config | None = None
+) -> web.AppRunner:
+    """Serve the jobs API on host:port behind the `[http]` caps and timeouts, over TLS
+    when `[server] tls_cert` and `tls_key` are set; raises OSError when the port is taken."""
+    ssl_context = None
+    if config is not None:
+        api.guard = HttpGuard(config.http)
+        pair = check_pair(config.server.tls_cert, config.server.tls_key)
+        ssl_context = http_context(*pair) if pair else None
+    runner = web.AppRunner(
+        api.app(), access_log=None, keepalive_timeout=api.guard.config.idle_timeout
+    )
     await runner.setup()
     # SO_REUSEADDR lets a restarted server bind while the old one's connections sit in
     # TIME_WAIT; on Linux it never lets two servers listen on one port (that is REUSEPORT).
-    site = web.TCPSite(runner, host, port, reuse_address=True, reuse_port=False)
+    site = api.guard.site(runner, host, port, ssl_context)
     try:
         await site.start()
     except OSError:
