@@ -1,10 +1,21 @@
-"""Job log lines on the server: SQLite rows, deduplicated, numbered per job, followable.
+"""Job log lines on the server: zstd-compressed chunks of columns in SQLite, de-duplicated,
+numbered per job, followable.
 
 Workers number each run's lines (seq per lease) and spool them until acknowledged, so
 after a reconnect or a server restart they re-send from the last acknowledged line.
-The primary key (job, task, attempt, rank, worker seq) turns those re-sends into no-ops,
-and each line that is new gets the job's next display sequence number: one gap-free
-order over all tasks and attempts, which `rbs job logs -f` resumes from.
+`runs` keeps, per (job, task, attempt, rank), the ranges of worker numbers already stored,
+which turns those re-sends into no-ops, and each line that is new gets the job's next
+display sequence number: one gap-free order over all tasks and attempts, which
+`rbs job logs -f` resumes from.
+
+Storage (docs/design/listing-and-logs.md): a job's lines are grouped into chunks of
+consecutive display numbers (`chunks`, rbs.server.log_chunks for the format), each at most
+CHUNK_RAW bytes or CHUNK_LINES lines before compression. A batch from a worker is one
+transaction: its lines join the job's last chunk while that has room (compressed again),
+then fill new ones. A read walks the chunks from the one holding `after + 1`, and
+`tail=N` walks them backwards until it has N lines, so both cost the lines they return
+plus at most a chunk. A data dir whose `job_logs.db` still has the row-per-line table of
+older versions (`lines`) is migrated on open, in one transaction.
 
 `LogIntake` acknowledges a batch only once it is stored: when the store cannot write
 (disk full), batches wait in memory, in order, unacknowledged (so the worker keeps them
@@ -14,13 +25,20 @@ in its spool too), and go in once it can.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import json
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
-from rbs.model import LogLine, LogStream
+from rbs.model import LogLine
+from rbs.server import log_chunks as lc
+from rbs.server.log_chunks import CHUNK_LINES, CHUNK_RAW
+from rbs.server.log_migrate import migrate_rows
+from rbs.wire.jobs_api import log_columns_payload
 from rbs.wire.workers_jobs import JobOrder, LogAck, LogBatch
 
 log = logging.getLogger(__name__)
@@ -28,26 +46,63 @@ log = logging.getLogger(__name__)
 # Log lines kept in memory while the store cannot write; past this, the worker's spool
 # keeps them (they come again when it reconnects).
 MAX_HELD_LOG_LINES = 200_000
+_CACHED = 4096  # jobs (and runs) whose numbering and last chunk are kept in memory
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS lines (
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
     job_id INTEGER NOT NULL,
-    task INTEGER NOT NULL,      -- -1 when the job is not an array
+    kind INTEGER NOT NULL,       -- log_chunks.LOG_KIND (0): log lines; 1: telemetry (reserved)
+    first_seq INTEGER NOT NULL,  -- the display number of the chunk's first line
+    count INTEGER NOT NULL,      -- its lines: first_seq .. first_seq + count - 1
+    raw_size INTEGER NOT NULL,   -- bytes before compression
+    data BLOB NOT NULL           -- zstd of the segments (log_chunks)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS chunks_seq ON chunks (job_id, kind, first_seq);
+CREATE TABLE IF NOT EXISTS runs (
+    job_id INTEGER NOT NULL,
+    task INTEGER NOT NULL,       -- -1 when the job is not an array
     attempt INTEGER NOT NULL,
     rank INTEGER NOT NULL,
-    wseq INTEGER NOT NULL,      -- the worker's number for the line within its run
-    seq INTEGER NOT NULL,       -- the job's display order
-    time REAL NOT NULL,
-    stream TEXT NOT NULL,
-    text TEXT NOT NULL,
-    PRIMARY KEY (job_id, task, attempt, rank, wseq)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS lines_seq ON lines (job_id, seq);
+    stored TEXT NOT NULL,        -- JSON [[lo, hi], ...]: the worker's line numbers stored
+    PRIMARY KEY (job_id, task, attempt, rank)
+) WITHOUT ROWID;
 """
+
+_Columns = tuple[list[int], list[float], list[str], list[str], list[lc.Run]]
+RunKey = tuple[int, int, int]  # task (-1: not an array), attempt, rank
+Ranges = list[list[int]]  # sorted, disjoint, inclusive [lo, hi] of worker line numbers
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _remember(cache: dict[K, V], key: K, value: V) -> None:
+    """Keep `value` under `key`, forgetting the oldest entry past _CACHED."""
+    cache.pop(key, None)
+    cache[key] = value
+    if len(cache) > _CACHED:
+        del cache[next(iter(cache))]
+
+
+def _covered(ranges: Ranges, n: int) -> bool:
+    i = bisect.bisect_right(ranges, [n, float("inf")]) - 1
+    return i >= 0 and ranges[i][0] <= n <= ranges[i][1]
+
+
+def _merged(ranges: Ranges, numbers: Iterable[int]) -> Ranges:
+    """`ranges` with `numbers` added, as sorted disjoint ranges (adjacent ones joined)."""
+    spans = sorted([*([a, b] for a, b in ranges), *([n, n] for n in numbers)])
+    out: Ranges = []
+    for lo, hi in spans:
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
 
 
 class JobLogs:
-    """The log table plus in-memory wake-ups for followers."""
+    """The log store plus in-memory wake-ups for followers."""
 
     def __init__(self, path: Path) -> None:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -57,39 +112,91 @@ class JobLogs:
         # worker's spool protects against; a power loss may lose the newest lines.
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        self._next: dict[int, int] = {}
+        migrate_rows(self._db)
+        self._next: dict[int, int] = {}  # job -> its next display number
+        self._tail: dict[int, tuple[int, int, bytes]] = {}  # job -> last chunk (first, n, raw)
+        self._runs: dict[tuple[int, RunKey], Ranges] = {}
         self._waiters: dict[int, asyncio.Event] = {}
 
     def close(self) -> None:
         self._db.close()
 
-    def _next_seq(self, job_id: int) -> int:
-        n = self._next.get(job_id)
-        if n is None:
+    # ---- writing
+
+    def _last_chunk(self, job_id: int) -> tuple[int, int, bytes] | None:
+        cached = self._tail.get(job_id)
+        if cached is not None:
+            return cached
+        row = self._db.execute(
+            "SELECT first_seq, count, data FROM chunks WHERE job_id = ? AND kind = ? "
+            "ORDER BY first_seq DESC LIMIT 1",
+            (job_id, lc.LOG_KIND),
+        ).fetchone()
+        if row is None:
+            return None
+        return row[0], row[1], lc.decompress(row[2])
+
+    def _stored(self, job_id: int, key: RunKey) -> Ranges:
+        ranges = self._runs.get((job_id, key))
+        if ranges is None:
             row = self._db.execute(
-                "SELECT MAX(seq) FROM lines WHERE job_id = ?", (job_id,)
+                "SELECT stored FROM runs WHERE job_id = ? AND task = ? AND attempt = ? AND rank = ?",
+                (job_id, *key),
             ).fetchone()
-            n = (row[0] or 0) + 1
-        return n
+            ranges = [] if row is None else json.loads(row[0])
+        return ranges
+
+    def _new_lines(
+        self, job_id: int, lines: list[LogLine]
+    ) -> tuple[list[LogLine], dict[RunKey, Ranges]]:
+        """The lines not stored yet (in the batch's order), and each run's ranges after."""
+        groups: dict[RunKey, list[int]] = {}
+        for ln in lines:
+            key = (-1 if ln.task is None else ln.task, ln.attempt, ln.rank)
+            groups.setdefault(key, []).append(ln.seq)
+        ranges = {}
+        seen: set[tuple[RunKey, int]] | None = None
+        for key, numbers in groups.items():
+            stored = self._stored(job_id, key)
+            high = stored[-1][1] if stored else 0
+            if min(numbers) > high and len(set(numbers)) == len(numbers):
+                ranges[key] = _merged(stored, numbers)
+                continue
+            seen = set() if seen is None else seen  # re-sent lines: the slow path
+            fresh = []
+            for n in numbers:
+                if not _covered(stored, n) and (key, n) not in seen:
+                    seen.add((key, n))
+                    fresh.append(n)
+            ranges[key] = _merged(stored, fresh)
+        if seen is None:
+            return lines, ranges
+        new = []
+        for ln in lines:
+            mark = ((-1 if ln.task is None else ln.task, ln.attempt, ln.rank), ln.seq)
+            if mark in seen:
+                seen.discard(mark)
+                new.append(ln)
+        return new, ranges
 
     def append(self, job_id: int, lines: Iterable[LogLine]) -> int:
-        """Store new lines, each numbered by its run's worker (re-sent ones are ignored);
-        returns how many were new."""
-        seq = self._next_seq(job_id)
-        added = 0
+        """Store new lines, each numbered by its run's worker (re-sent ones are ignored),
+        in one transaction; returns how many were new."""
+        new, ranges = self._new_lines(job_id, list(lines))
+        if not new:
+            return 0
         db = self._db
+        seq = self._next.get(job_id)
+        last = self._last_chunk(job_id)
+        if seq is None:
+            seq = 1 if last is None else last[0] + last[1]
         db.execute("BEGIN")
         try:
-            for ln in lines:
-                task = -1 if ln.task is None else ln.task
-                row = (job_id, task, ln.attempt, ln.rank, ln.seq, seq, ln.time)
-                cur = db.execute(
-                    "INSERT OR IGNORE INTO lines VALUES (?,?,?,?,?,?,?,?,?)",
-                    (*row, ln.stream.value, ln.text),
-                )
-                if cur.rowcount:
-                    seq += 1
-                    added += 1
+            tail = self._write_chunks(job_id, seq, new, last)
+            db.executemany(
+                "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?)",
+                [(job_id, *key, json.dumps(r, separators=(",", ":"))) for key, r in ranges.items()],
+            )
             db.execute("COMMIT")
         except BaseException:
             # SQLite may have rolled back already (it does when the disk is full).
@@ -97,11 +204,105 @@ class JobLogs:
                 with contextlib.suppress(sqlite3.Error):
                     db.execute("ROLLBACK")
             self._next.pop(job_id, None)
+            self._tail.pop(job_id, None)
             raise
-        self._next[job_id] = seq
-        if added:
-            self.wake(job_id)
-        return added
+        _remember(self._next, job_id, seq + len(new))
+        _remember(self._tail, job_id, tail)
+        for key, r in ranges.items():
+            _remember(self._runs, (job_id, key), r)
+        self.wake(job_id)
+        return len(new)
+
+    def _write_chunks(
+        self, job_id: int, seq: int, lines: list[LogLine], last: tuple[int, int, bytes] | None
+    ) -> tuple[int, int, bytes]:
+        """Write `lines` (numbered from `seq`) into the last chunk while it has room, then
+        into new ones; returns the (first seq, count, raw) of the chunk written last."""
+        room_lines, room_raw = CHUNK_LINES, CHUNK_RAW
+        joins = last is not None and last[1] < CHUNK_LINES and len(last[2]) < CHUNK_RAW
+        if joins:
+            assert last is not None
+            room_lines, room_raw = CHUNK_LINES - last[1], CHUNK_RAW - len(last[2])
+        tail = (seq, 0, b"")
+        for piece in lc.pieces(lines, room_lines, room_raw):
+            raw = lc.encode_segments(piece)
+            if joins:
+                assert last is not None
+                first, count, raw = last[0], last[1] + len(piece), last[2] + raw
+                self._db.execute(
+                    "UPDATE chunks SET count = ?, raw_size = ?, data = ? "
+                    "WHERE job_id = ? AND kind = ? AND first_seq = ?",
+                    (count, len(raw), lc.compress(raw), job_id, lc.LOG_KIND, first),
+                )
+                joins = False
+            else:
+                first, count = seq, len(piece)
+                self._db.execute(
+                    "INSERT INTO chunks VALUES (?,?,?,?,?,?)",
+                    (job_id, lc.LOG_KIND, first, count, len(raw), lc.compress(raw)),
+                )
+            seq += len(piece)
+            tail = (first, count, raw)
+        return tail
+
+    # ---- reading
+
+    def _chunks(
+        self, job_id: int, after: int, newest_first: bool = False
+    ) -> Iterator[tuple[int, bytes]]:
+        """(first seq, raw) of each chunk holding a line after `after`, in seq order (or
+        newest first)."""
+        row = self._db.execute(
+            "SELECT max(first_seq) FROM chunks WHERE job_id = ? AND kind = ? AND first_seq <= ?",
+            (job_id, lc.LOG_KIND, after + 1),
+        ).fetchone()
+        start = row[0] if row[0] is not None else 0
+        order = "DESC" if newest_first else "ASC"
+        cur = self._db.execute(
+            "SELECT first_seq, data FROM chunks WHERE job_id = ? AND kind = ? AND first_seq >= ? "
+            f"ORDER BY first_seq {order}",
+            (job_id, lc.LOG_KIND, start),
+        )
+        tail = self._tail.get(job_id)
+        for first, data in cur:
+            yield first, tail[2] if tail is not None and tail[0] == first else lc.decompress(data)
+
+    def _columns(
+        self, job_id: int, after: int, task: int | None, tail: int | None, limit: int
+    ) -> tuple[list[int], list[float], list[str], list[str], list[lc.Run]]:
+        """The lines asked for as columns: seq, time, stream, text, run."""
+        cols: tuple[list[int], list[float], list[str], list[str], list[lc.Run]] = (
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
+        want = tail if tail is not None else limit
+        if want <= 0:
+            return cols
+        blocks: list[_Columns] = []  # per segment: the selected columns, in seq order within
+        got = 0
+        for first, raw in self._chunks(job_id, after, newest_first=tail is not None):
+            segs = []
+            seq = first
+            for seg in lc.segments(raw):
+                segs.append((seq, seg))
+                seq += len(seg)
+            picked = [_pick(s0, seg, after, task) for s0, seg in segs]
+            if tail is not None:
+                blocks[:0] = picked
+            else:
+                blocks += picked
+            got += sum(len(p[0]) for p in picked)
+            if got >= want:
+                break
+        for block in blocks:
+            for col, part in zip(cols, block, strict=True):
+                col.extend(part)  # type: ignore[attr-defined]
+        if tail is not None:
+            return tuple(c[-want:] for c in cols)  # type: ignore[return-value]
+        return tuple(c[:want] for c in cols)  # type: ignore[return-value]
 
     def read(
         self,
@@ -113,28 +314,29 @@ class JobLogs:
         limit: int = 5000,
     ) -> list[LogLine]:
         """Lines in the job's display order: `seq` is the job's number, not the worker's."""
-        sql = "SELECT seq, time, stream, text, task, attempt, rank FROM lines WHERE job_id = ? AND seq > ?"
-        args: list[int] = [job_id, after]
-        if task is not None:
-            sql += " AND task = ?"
-            args.append(task)
-        if tail is not None:
-            rows = self._db.execute(sql + " ORDER BY seq DESC LIMIT ?", (*args, tail)).fetchall()
-            rows.reverse()
-        else:
-            rows = self._db.execute(sql + " ORDER BY seq LIMIT ?", (*args, limit)).fetchall()
+        from rbs.model import LogStream
+
+        seqs, times, streams, texts, runs = self._columns(job_id, after, task, tail, limit)
         return [
-            LogLine(
-                seq=s,
-                time=tm,
-                stream=LogStream(st),
-                text=tx,
-                task=None if tk == -1 else tk,
-                attempt=a,
-                rank=r,
-            )
-            for s, tm, st, tx, tk, a, r in rows
+            LogLine(seq=s, time=t, stream=LogStream(st), text=x, task=r[0], attempt=r[1], rank=r[2])
+            for s, t, st, x, r in zip(seqs, times, streams, texts, runs, strict=True)
         ]
+
+    def read_payload(
+        self,
+        job_id: int,
+        *,
+        after: int = 0,
+        task: int | None = None,
+        tail: int | None = None,
+        limit: int = 20_000,
+    ) -> tuple[bytes, int | None]:
+        """`read`'s lines as the API's NDJSON, decoded from the chunks straight to bytes,
+        and the display number of the last (None when there is none)."""
+        seqs, times, streams, texts, runs = self._columns(job_id, after, task, tail, limit)
+        if not seqs:
+            return b"", None
+        return log_columns_payload(seqs, times, streams, texts, runs), seqs[-1]
 
     def wake(self, job_id: int) -> None:
         ev = self._waiters.pop(job_id, None)
@@ -146,6 +348,35 @@ class JobLogs:
         ev = self._waiters.setdefault(job_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ev.wait(), timeout)
+
+
+def _pick(
+    first: int, seg: lc.Segment, after: int, task: int | None
+) -> tuple[list[int], list[float], list[str], list[str], list[lc.Run]]:
+    """A segment's lines after `after` (of `task` only, when given) as columns."""
+    n = len(seg)
+    lo = max(0, after + 1 - first)
+    names = lc.STREAM_NAMES
+    runs = seg.runs
+    idx = range(lo, n)
+    if task is not None:
+        keep = {i for i, r in enumerate(runs) if r[0] == task}
+        idx = [i for i in idx if seg.run_of[i] in keep]  # type: ignore[assignment]
+    elif lo == 0:
+        return (
+            list(range(first, first + n)),
+            list(seg.times),
+            [names[c] for c in seg.streams],
+            seg.texts,
+            [runs[i] for i in seg.run_of],
+        )
+    return (
+        [first + i for i in idx],
+        [seg.times[i] for i in idx],
+        [names[seg.streams[i]] for i in idx],
+        [seg.texts[i] for i in idx],
+        [runs[seg.run_of[i]] for i in idx],
+    )
 
 
 class LogIntake:

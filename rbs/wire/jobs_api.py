@@ -217,8 +217,12 @@ def job_doc(v: JobFacts) -> dict[str, Any]:
     }
 
 
-def jobs_doc(views: Iterable[JobFacts]) -> dict[str, Any]:
-    return {"jobs": [job_doc(v) for v in views]}
+def jobs_doc(
+    views: Iterable[JobFacts], *, total: int, next_cursor: str | None = None
+) -> dict[str, Any]:
+    """One page of a listing: its jobs, how many jobs match in all, and the cursor that
+    asks for the next page (None on the last)."""
+    return {"jobs": [job_doc(v) for v in views], "total": total, "next_cursor": next_cursor}
 
 
 def submitted_doc(job_id: int) -> dict[str, Any]:
@@ -272,22 +276,38 @@ def error_doc(code: str, message: str) -> dict[str, Any]:
 
 def log_lines_payload(lines: Iterable[LogLine]) -> bytes:
     """A job's stored log lines as NDJSON, one object per line (`eol` stays on the server)."""
-    return "".join(
-        json.dumps(
-            {
-                "seq": ln.seq,
-                "time": ln.time,
-                "stream": ln.stream.value,
-                "text": ln.text,
-                "task": ln.task,
-                "attempt": ln.attempt,
-                "rank": ln.rank,
-            },
-            ensure_ascii=False,
+    lines = list(lines)
+    return log_columns_payload(
+        [ln.seq for ln in lines],
+        [ln.time for ln in lines],
+        [ln.stream.value for ln in lines],
+        [ln.text for ln in lines],
+        [(ln.task, ln.attempt, ln.rank) for ln in lines],
+    )
+
+
+def log_columns_payload(
+    seqs: Iterable[int],
+    times: Iterable[float],
+    streams: Iterable[str],
+    texts: Iterable[str],
+    runs: Iterable[tuple[int | None, int, int]],
+) -> bytes:
+    """The NDJSON of `log_lines_payload`, byte for byte, from columns (the log store's
+    chunks): no LogLine per line, and each run's closing fields formatted once. Each
+    object is what `json.dumps` makes of {seq, time, stream, text, task, attempt, rank}."""
+    quote = json.encoder.encode_basestring  # json.dumps's string form (ensure_ascii=False)
+    ends: dict[tuple[int | None, int, int], str] = {}
+    out = []
+    for seq, t, stream, text, run in zip(seqs, times, streams, texts, runs, strict=True):
+        end = ends.get(run)
+        if end is None:
+            task = "null" if run[0] is None else str(run[0])
+            end = ends[run] = f', "task": {task}, "attempt": {run[1]}, "rank": {run[2]}}}\n'
+        out.append(
+            f'{{"seq": {seq}, "time": {t!r}, "stream": "{stream}", "text": {quote(text)}{end}'
         )
-        + "\n"
-        for ln in lines
-    ).encode()
+    return "".join(out).encode()
 
 
 def log_end_payload(state: JobState) -> bytes:
@@ -361,6 +381,12 @@ def job_info(doc: Mapping[str, Any]) -> JobInfo:
 
 def job_infos(doc: Mapping[str, Any]) -> list[JobInfo]:
     return [JobInfo.from_json(j) for j in doc["jobs"]]
+
+
+def job_page(doc: Mapping[str, Any]) -> tuple[list[JobInfo], int, str | None]:
+    """A listing page as (its jobs, how many match in all, the next page's cursor)."""
+    infos = job_infos(doc)
+    return infos, int(doc.get("total", len(infos))), doc.get("next_cursor")
 
 
 def log_line(doc: Mapping[str, Any]) -> LogLine | None:

@@ -1,0 +1,175 @@
+"""The chunk log store: every line once, in order, compact, and older data dirs migrated."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from rbs.model import LogLine, LogStream
+from rbs.server import log_chunks
+from rbs.server.job_logs import JobLogs
+from rbs.wire.jobs_api import log_lines_payload
+
+
+def lines(
+    first: int, n: int, *, task: int | None = None, attempt: int = 1, text: str = "line {}"
+) -> list[LogLine]:
+    streams = (LogStream.OUT, LogStream.ERR, LogStream.SYS)
+    return [
+        LogLine(
+            seq=w,
+            time=1700000000.0 + w / 7,
+            stream=streams[w % 3],
+            text=text.format(w),
+            task=task,
+            attempt=attempt,
+            rank=0,
+        )
+        for w in range(first, first + n)
+    ]
+
+
+def _same(got: list[LogLine], sent: list[LogLine], first_seq: int = 1) -> None:
+    """`got` are `sent`, numbered by the job from `first_seq` on."""
+    assert [x.seq for x in got] == list(range(first_seq, first_seq + len(sent)))
+    strip = [(x.time, x.stream, x.text, x.task, x.attempt, x.rank) for x in got]
+    assert strip == [(x.time, x.stream, x.text, x.task, x.attempt, x.rank) for x in sent]
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> JobLogs:
+    store = JobLogs(tmp_path / "job_logs.db")
+    yield store
+    store.close()
+
+
+def test_lines_come_back_in_order_with_every_field(logs: JobLogs) -> None:
+    odd = ["", "naïve ☃ 𝄞", 'quote " back \\ tab \t', "\x00\x1b[31m"]
+    sent = lines(1, 5, text="{}") + [
+        LogLine(seq=10 + i, time=5.5, stream=LogStream.OUT, text=t, task=None, attempt=2, rank=1)
+        for i, t in enumerate(odd)
+    ]
+    assert logs.append(7, sent) == len(sent)
+    got = logs.read(7, limit=100)
+    _same(got, sent)
+    payload, last = logs.read_payload(7)
+    assert payload == log_lines_payload(got) and last == len(sent)
+    assert logs.read(8) == [] and logs.read_payload(8) == (b"", None)
+
+
+def test_resent_lines_are_stored_once_and_a_hole_is_filled(logs: JobLogs) -> None:
+    assert logs.append(1, lines(1, 10)) == 10
+    assert logs.append(1, lines(1, 10)) == 0  # a reconnect sends it all again
+    assert logs.append(1, lines(5, 10)) == 4  # 11-14 are new
+    assert logs.append(1, lines(20, 5)) == 5  # 15-19 are held back (a gap) ...
+    assert logs.append(1, lines(15, 10)) == 5  # ... and come later: only they are new
+    got = logs.read(1, limit=100)
+    assert [x.text for x in got] == [
+        f"line {w}" for w in [*range(1, 15), *range(20, 25), *range(15, 20)]
+    ]
+    assert [x.seq for x in got] == list(range(1, 25))
+    # Another attempt's and another task's numbers are their own.
+    assert logs.append(1, lines(1, 3, attempt=2)) == 3
+    assert logs.append(1, lines(1, 3, task=4)) == 3
+    assert len(logs.read(1, limit=100)) == 30
+
+
+def test_numbering_and_deduplication_survive_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "job_logs.db"
+    first = JobLogs(path)
+    first.append(3, lines(1, 50))
+    first.close()
+    again = JobLogs(path)
+    assert again.append(3, lines(40, 20)) == 9
+    got = again.read(3, limit=1000)
+    assert [x.seq for x in got] == list(range(1, 60))
+    _same(got, lines(1, 59))
+    again.close()
+
+
+def test_after_tail_and_task_select_the_same_lines_as_a_filter_would(logs: JobLogs) -> None:
+    sent: list[LogLine] = []
+    for k in range(40):  # many small batches of two tasks, interleaved, over many chunks
+        batch = lines(1 + 300 * (k // 2), 300, task=k % 2, text="x{}" + "y" * 200)
+        sent += batch
+        logs.append(9, batch)
+    everything = logs.read(9, limit=100_000)
+    assert len(everything) == len(sent)
+    chunks = logs._db.execute("SELECT count(*) FROM chunks WHERE job_id = 9").fetchone()[0]
+    assert chunks > 10  # the reads below cross chunk boundaries
+    for after in (0, 1, 299, 5000, 11_999, 12_000):
+        assert logs.read(9, after=after, limit=100_000) == everything[after:]
+        assert logs.read(9, after=after, limit=7) == everything[after : after + 7]
+        for n in (1, 5, 1000):
+            assert logs.read(9, after=after, tail=n) == everything[after:][-n:]
+            of_task = [x for x in everything[after:] if x.task == 1]
+            assert logs.read(9, after=after, tail=n, task=1) == of_task[-n:]
+        assert logs.read(9, after=after, task=0, limit=100_000) == [
+            x for x in everything[after:] if x.task == 0
+        ]
+
+
+def test_a_short_line_takes_under_40_bytes(tmp_path: Path) -> None:
+    logs = JobLogs(tmp_path / "job_logs.db")
+    n = 50_000
+    for start in range(1, n, 500):  # batches of 500, as a busy worker sends them
+        logs.append(1, lines(start, 500, text="ok {:08d} 01234567"))
+    logs.close()
+    db = sqlite3.connect(tmp_path / "job_logs.db")
+    (stored,) = db.execute("SELECT sum(length(data)) + 40 * count(*) FROM chunks").fetchone()
+    assert len("ok 00000001 01234567") == 20
+    assert stored / n <= 40
+
+
+def test_an_old_row_per_line_store_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "job_logs.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE lines (job_id INTEGER NOT NULL, task INTEGER NOT NULL,
+            attempt INTEGER NOT NULL, rank INTEGER NOT NULL, wseq INTEGER NOT NULL,
+            seq INTEGER NOT NULL, time REAL NOT NULL, stream TEXT NOT NULL, text TEXT NOT NULL,
+            PRIMARY KEY (job_id, task, attempt, rank, wseq));
+        CREATE UNIQUE INDEX lines_seq ON lines (job_id, seq);
+        """
+    )
+    old = {1: lines(1, 30), 2: lines(1, 4, task=3)}
+    for job_id, ls in old.items():
+        db.executemany(
+            "INSERT INTO lines VALUES (?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    job_id,
+                    -1 if x.task is None else x.task,
+                    x.attempt,
+                    x.rank,
+                    x.seq,
+                    x.seq,
+                    x.time,
+                    x.stream.value,
+                    x.text,
+                )
+                for x in ls
+            ],
+        )
+    db.commit()
+    db.close()
+    logs = JobLogs(path)
+    for job_id, ls in old.items():
+        _same(logs.read(job_id, limit=100), ls)
+    assert logs.append(1, lines(25, 10)) == 4  # what was stored before still counts
+    assert logs.read(1, limit=100)[-1].seq == 34
+    tables = {r[0] for r in logs._db.execute("SELECT name FROM sqlite_master")}
+    assert "lines" not in tables and {"chunks", "runs"} <= tables
+    logs.close()
+
+
+def test_the_chunk_format_round_trips_and_names_its_kinds() -> None:
+    sent = lines(1, 3) + lines(1, 2, task=5, attempt=3, text="\udcff lone {}")
+    raw = log_chunks.encode_segments(sent)
+    segs = list(log_chunks.segments(log_chunks.decompress(log_chunks.compress(raw))))
+    got = [ln for seg in segs for ln in log_chunks.segment_lines(seg, 1)]
+    _same(got, sent)
+    assert (log_chunks.LOG_KIND, log_chunks.TELEMETRY_KIND) == (0, 1)
