@@ -218,13 +218,14 @@ async def start_cluster(
         if driver is not None:
             http_port = grpc.port + 1
             try:
-                http = await start_http(JobsApi(driver, store, auth), host, http_port)
+                http = await start_http(JobsApi(driver, store, auth), host, http_port, config)
             except OSError as e:
                 raise OSError(
                     f"cannot serve the jobs API on {host}:{http_port} (the gRPC port + 1): {e}; "
                     "pick another --port"
                 ) from None
-            log.info("jobs API on http://%s:%d", host, http_port)
+            scheme = "https" if config.server.tls_cert else "http"
+            log.info("jobs API on %s://%s:%d", scheme, host, http_port)
         return RunningCluster(
             parts=parts, grpc=grpc, http=http, http_port=http_port, closing=stack.pop_all()
         )

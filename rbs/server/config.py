@@ -43,6 +43,7 @@ from typing import Any
 
 from rbs.model import DigestFunction
 from rbs.scheduler.config import SchedulerConfig, load_scheduler_config
+from rbs.server.edge_config import GrpcConfig, HttpConfig, load_edge_table
 from rbs.server.exec_config import ExecutionConfig, load_execution_config
 from rbs.units import SpecError, parse_size
 from rbs.wire.limits import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
@@ -71,6 +72,9 @@ class ServerConfig:
     token_file: Path | None = None
     tokens_file: Path | None = None
     instance_names: tuple[str, ...] = ("",)
+    # TLS for gRPC and the jobs API alike (rbs.server.tls); both or neither.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     digest_functions: tuple[DigestFunction, ...] = (DigestFunction.SHA256, DigestFunction.BLAKE3)
 
     def __post_init__(self) -> None:
@@ -118,6 +122,8 @@ class Config:
     cas: CasConfig = field(default_factory=CasConfig)
     jobs: SchedulerConfig = field(default_factory=SchedulerConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    grpc: GrpcConfig = field(default_factory=GrpcConfig)
 
     # The job lease's timing budget (docs/design/runs.md): a worker that hears nothing
     # from the server for lease_ttl stops its runs, dead after kill_grace more, before
@@ -189,6 +195,10 @@ def _convert(section: str, key: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a path string, got {value!r}")
         return Path(value).expanduser()
+    if key in ("tls_cert", "tls_key"):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a path string, got {value!r}")
+        return Path(value).expanduser()
     if key == "instance_names":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f'{where} must be a list of strings, e.g. ["", "ci"]')
@@ -234,6 +244,15 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
             except (SpecError, ValueError, TypeError) as e:
                 raise ConfigError(f"{source}: [jobs] {e}") from None
             continue
+        if name in ("http", "grpc"):
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: [{name}] must be a table")
+            try:
+                edge = HttpConfig if name == "http" else GrpcConfig
+                sections[name] = load_edge_table(edge, table)
+            except ValueError as e:
+                raise ConfigError(f"{source}: [{name}] {e}") from None
+            continue
         if name == "execution":
             if not isinstance(table, dict):
                 raise ConfigError(f"{source}: [execution] must be a table")
@@ -246,7 +265,7 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> Config:
         if cls is None:
             raise ConfigError(
                 f"{source}: unknown table [{name}]; known tables: "
-                f"{', '.join(sorted([*_SECTIONS, 'execution', 'jobs']))}"
+                f"{', '.join(sorted([*_SECTIONS, 'execution', 'grpc', 'http', 'jobs']))}"
             )
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: [{name}] must be a table")

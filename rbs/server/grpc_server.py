@@ -30,8 +30,9 @@ from rbs.server.cas_service import CasServicer
 from rbs.server.config import Config
 from rbs.server.execution import ExecutionEngine, ExecutionServicer
 from rbs.server.instances import Instances
-from rbs.server.tokens import ServerAuth
 from rbs.server.operations_service import OperationsServicer
+from rbs.server.tls import check_pair, grpc_credentials
+from rbs.server.tokens import ServerAuth
 from rbs.server.workers_service import WorkerHub, WorkersServicer
 from rbs.wire.auth import AuthInterceptor
 from rbs.wire.errors import DecodingInterceptor
@@ -95,12 +96,22 @@ def channel_options(config: Config) -> list[tuple[str, Any]]:
 
 
 def _server_options(config: Config) -> list[tuple[str, Any]]:
+    g = config.grpc
     return [
         *channel_options(config),
         # Two servers must never share a port silently (the kernel would split calls).
         ("grpc.so_reuseport", 0),
+        # Keepalive enforcement: a client may ping with no call in flight, but not more
+        # often than min_ping_interval; after max_ping_strikes pings too soon the server
+        # sends GOAWAY. Connections idle for max_connection_idle are closed (clients
+        # reconnect when they next call). [grpc] in rbs.server.edge_config.
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", int(g.min_ping_interval * 1000)),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.max_connection_idle_ms", int(g.max_connection_idle * 1000)),
+        # Per connection: calls in flight, and the size of one call's headers.
+        ("grpc.max_concurrent_streams", g.max_concurrent_streams),
+        ("grpc.max_metadata_size", g.max_metadata_size),
     ]
 
 
@@ -151,7 +162,11 @@ async def start_grpc(
     )
     address = f"{config.server.host}:{config.server.port}"
     try:
-        port = server.add_insecure_port(address)
+        pair = check_pair(config.server.tls_cert, config.server.tls_key)
+        if pair is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, grpc_credentials(*pair))
     except RuntimeError as e:
         raise OSError(
             f"cannot listen on {address}: {e}; is another server using the port? "
