@@ -238,7 +238,10 @@ class Analyzer(ActionHooks):
             cur.implicit_exe = exe_file
             outputs["executable"] = exe_file.to_starlark()
         attr["name"] = label.name
+        enabled, disabled = _features(self.loader.packages[label.package].features, target)
         return {
+            "features": enabled,
+            "disabled_features": disabled,
             "label": {"name": label.name, "package": label.package, "repo": label.repo},
             "attr": attr,
             "files": files,
@@ -441,6 +444,19 @@ class Analyzer(ActionHooks):
         return ActionGraph(
             actions=tuple(self.actions), targets=dict(self.infos), workspace_name=self.ws_name
         )
+
+
+def _features(package: list[str], target: Target) -> tuple[list[str], list[str]]:
+    """ctx.features and ctx.disabled_features: the package's features, then the target's;
+    "-x" disables x, and a disabled feature wins (Bazel's rule)."""
+    on: dict[str, None] = {}
+    off: dict[str, None] = {}
+    for f in [*package, *(target.attrs.get("features") or [])]:
+        if f.startswith("-"):
+            off[f[1:]] = None
+        else:
+            on[f] = None
+    return sorted(f for f in on if f not in off), sorted(off)
 
 
 def _plain_info(info: TargetInfo, providers: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import starlark as sl
 
+from rbs.build import existing
 from rbs.build.compat import compat_ast, lower_build, lower_module
 from rbs.build.errors import (
     BuildError,
@@ -235,6 +236,24 @@ class Loader:
         pending.append(key)
         self.providers[key] = key
         return key
+
+    def package_decl(self, **kwargs: Any) -> None:
+        """package(...): rbs keeps `features`; the other arguments are accepted and ignored."""
+        feats = kwargs.get("features")
+        if feats is not None:
+            if not isinstance(feats, list) or not all(isinstance(x, str) for x in feats):
+                raise ValueError(f"package(features = ...) must be a list of strings, got {feats!r}")
+            self._pkg("package()").features = list(feats)
+
+    def existing_rules(self) -> dict[str, dict[str, Any]]:
+        return existing.existing_rules(self._pkg("native.existing_rules()"))
+
+    def existing_rule(self, name: str) -> dict[str, Any] | None:
+        target = self._pkg("native.existing_rule()").targets.get(name)
+        return existing.rule_dict(target) if target is not None else None
+
+    def function_params(self, function: str) -> list[str]:
+        return existing.function_params(function, self.files_read)
 
     def running_impl(self, what: str) -> ImplHooks:
         if self.impl is None:

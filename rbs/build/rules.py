@@ -183,6 +183,7 @@ class Package:
     outputs: dict[str, str] = field(default_factory=dict)  # output file name -> rule name
     exported: set[str] = field(default_factory=set)
     source_lines: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)  # package(features = [...])
 
     def names(self) -> list[str]:
         return sorted({*self.targets, *self.outputs})

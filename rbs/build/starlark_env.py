@@ -78,6 +78,10 @@ class Host(Protocol):
     def new_provider(self, module: Label, doc: str = "") -> str: ...
     def register_target(self, rule: str, name: Any, attrs: dict[str, Any], stack: str) -> None: ...
     def running_impl(self, what: str) -> ImplHooks: ...
+    def package_decl(self, **kwargs: Any) -> None: ...
+    def existing_rules(self) -> dict[str, dict[str, Any]]: ...
+    def existing_rule(self, name: str) -> dict[str, Any] | None: ...
+    def function_params(self, function: str) -> list[str]: ...
 
 
 # A table entry: given the loader and the file being evaluated, the Python callable (or
@@ -130,7 +134,7 @@ BUILD_BUILTINS: Mapping[str, Bind] = MappingProxyType(
         "package_name": lambda host, module: host.package_name,
         "repository_name": _fixed(lambda: "@"),
         "exports_files": lambda host, module: host.exports_files,
-        "package": _fixed(_ignored),
+        "package": lambda host, module: host.package_decl,
         "licenses": _fixed(_ignored_licenses),
         "package_group": _fixed(_ignored),
         "_rbs_parse_label": lambda host, module: functools.partial(_parse_label_in, module),
@@ -148,6 +152,9 @@ RBS_BUILTINS: Mapping[str, Bind] = MappingProxyType(
         "_rbs_package_name": lambda host, module: host.package_name,
         "_rbs_exports_files": lambda host, module: host.exports_files,
         "_rbs_job_spec": _fixed(_job_spec),
+        "_rbs_existing_rules": lambda host, module: host.existing_rules,
+        "_rbs_existing_rule": lambda host, module: host.existing_rule,
+        "_rbs_params": lambda host, module: host.function_params,
         "_rbs_parse_label": lambda host, module: functools.partial(_parse_label_in, module),
         "_rbs_declare": _declare,
         "_rbs_action": _action,
