@@ -174,6 +174,8 @@ def test_job_show_gives_the_recorded_document(old: OldHome, job: str) -> None:
     r = rbs(old.home, "job", "show", job, "--json")
     assert r.returncode == 0, r.stderr
     assert_same_job(EXPECT["show"][job], json.loads(r.stdout))
+    # Jobs journaled before jobs had owners show as submitted by `unknown`.
+    assert json.loads(r.stdout)["user"] == "unknown"
 
 
 @pytest.mark.parametrize("job", ENDED)
