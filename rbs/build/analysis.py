@@ -15,6 +15,7 @@ from rbs.build.graph import BIN_DIR, DEFAULT_PATH, ActionGraph, ActionSpec, File
 from rbs.build.labels import Label
 from rbs.build.loader import Loader
 from rbs.build.rules import LABEL_KINDS, Target
+from rbs.build.unsupported import missing_api
 
 _TEST_WRAPPER = (
     'export TEST_SRCDIR="$(cd .. && pwd)" RUNFILES_DIR="$(cd .. && pwd)" '
@@ -78,6 +79,8 @@ class Analyzer(ActionHooks):
                 location=where,
                 hint=e.hint,
             ) from None
+        if label in self.loader.select_errors:
+            raise self.loader.select_errors[label]
         if label.name in pkg.targets:
             return self._analyze(pkg.targets[label.name])
         if label.name in pkg.outputs:
@@ -292,6 +295,14 @@ class Analyzer(ActionHooks):
         return self._finish(target, cur, result)
 
     def _impl_error(self, target: Target, text: str) -> BuildError:
+        missing = missing_api(text, self.loader.source_line)
+        if missing is not None:
+            return BuildError(
+                f"in {target.rule.kind} {target.label} (defined at {target.location}): "
+                f"{missing[0]}",
+                location=missing[1],
+                hint="see the README's Bazel compatibility section for what rbs supports",
+            )
         msg = starlark_message(text)
         is_fail = "error: fail:" in text
         # A fail() inside the prelude names no user file: the target's own line then.

@@ -43,6 +43,9 @@ def resolve_patterns(
                 errors.append(e)
                 continue
             if pat.name is not None:
+                if Label(package=pkg_name, name=pat.name) in loader.select_errors:
+                    out[Label(package=pkg_name, name=pat.name)] = None
+                    continue
                 if pat.name not in pkg.targets and pat.name not in pkg.outputs:
                     if (loader.ws.root / pkg_name / pat.name).is_file():
                         out[Label(package=pkg_name, name=pat.name)] = None
@@ -63,6 +66,11 @@ def resolve_patterns(
                 if "manual" in (t.attrs.get("tags") or ()):
                     continue  # as in Bazel: built only when named
                 out[t.label] = None
+            if not tests_only:
+                # A select() that matched nothing fails its target when analysed.
+                for label in loader.select_errors:
+                    if label.package == pkg_name:
+                        out[label] = None
     return list(out)
 
 

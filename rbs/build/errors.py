@@ -83,7 +83,8 @@ def starlark_message(text: str) -> str:
     for prefix in ("ValueError: ", "BuildError: ", "fail: ", "StarlarkError: "):
         if msg.startswith(prefix):
             msg = msg[len(prefix) :]
-    return msg
+    # Names rbs.build.lower renamed (`_file` -> `_rbs_user_file`) as the user wrote them.
+    return msg.replace("_rbs_user_", "_")
 
 
 def call_site(stack: str, source_lines: dict[str, list[str]] | None = None) -> Location | None:

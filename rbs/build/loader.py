@@ -38,6 +38,7 @@ from rbs.build.starlark_env import (
     ImplHooks,
     prelude_ast,
 )
+from rbs.build.unsupported import missing_api
 from rbs.build.workspace import Workspace, glob, missing_package, package_files
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ class Loader:
         # Targets whose attributes hold a select(), resolved once their package is loaded.
         self.deferred_selects: dict[str, list[tuple[str, Any, dict[str, Any], str]]] = {}
         self._inflight: dict[str, Package] = {}
+        # Targets whose select() matched no condition: the error, raised when built.
+        self.select_errors: dict[Label, BuildError] = {}
         # Set by the analyser while a rule implementation runs.
         self.impl: ImplHooks | None = None
 
@@ -371,6 +374,9 @@ class Loader:
             sl.eval(m, sl.parse(rel, lowered, BUILD_FILE.dialect), GLOBALS, loader)
         except sl.StarlarkError as e:
             inner, self.inner_error = self.inner_error, None
+            missing = missing_api(str(e), self.source_line)
+            if inner is None and missing is not None:
+                raise BuildError(missing[0], location=missing[1]) from None
             raise (inner or _to_build_error(str(e), rel, pkg.source_lines)) from None
         finally:
             self._current = prev
@@ -382,6 +388,15 @@ class Loader:
                 del self._inflight[name]
         self.packages[name] = pkg
         return pkg
+
+    def source_line(self, file: str, line: int) -> str | None:
+        """Line `line` of a file named as in messages (workspace-relative or @repo//...)."""
+        path = self.files_read.get(file)
+        try:
+            lines = path.read_text().splitlines() if path is not None else []
+        except OSError:
+            return None
+        return lines[line - 1] if 0 < line <= len(lines) else None
 
     def call_impl(self, rule: RuleClass, data: dict[str, Any]) -> Any:
         rid = rule.key

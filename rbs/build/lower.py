@@ -75,13 +75,13 @@ class _Lowerer(ast.NodeVisitor):
         return start, end
 
     def open(self, at: int, text: str) -> None:
-        self.edits.append(_Edit(at, at, text, (2, self.depth)))
+        self.edits.append(_Edit(at, at, text, (1, self.depth)))
 
     def close(self, at: int, text: str) -> None:
         self.edits.append(_Edit(at, at, text, (0, -self.depth)))
 
     def replace(self, start: int, end: int, text: str) -> None:
-        self.edits.append(_Edit(start, end, text, (1, 0)))
+        self.edits.append(_Edit(start, end, text, (2, 0)))
 
     def token(self, start: int, end: int, pattern: bytes) -> tuple[int, int] | None:
         """The first match of `pattern` between two nodes, skipping comments."""
@@ -193,8 +193,9 @@ class _Lowerer(ast.NodeVisitor):
 
 
 def _apply(data: bytes, edits: list[_Edit]) -> bytes:
-    # At one offset: closing text of nodes that end there (innermost first), then the
-    # token replaced there, then opening text of nodes that start there (outermost first).
+    # At one offset: closing text of nodes that end there (innermost first), then opening
+    # text of nodes that start there (outermost first), then the token replaced there
+    # (which begins the innermost of those nodes).
     edits.sort(key=lambda e: (e.start, e.order))
     out: list[bytes] = []
     at = 0

@@ -121,7 +121,9 @@ class Resolver:
             if default[0]:
                 return default[1]
             custom = part.get("no_match_error") or ""
-            checked = "\n".join(f"    {k}" for k in conds)
+            checked = "\n".join(
+                f"    {parse_label(k, package=package)}" for k in conds if k != DEFAULT_CONDITION
+            )
             raise SelectError(
                 custom
                 or f'configurable attribute "{attr}" in {target} doesn\'t match this '
@@ -236,6 +238,7 @@ def _sum(a: Any, b: Any, attr: str, target: str) -> Any:
 class _Loading(Protocol):
     config: BuildConfig
     deferred_selects: dict[str, list[tuple[str, Any, dict[str, Any], str]]]
+    select_errors: dict[Label, BuildError]
 
     @property
     def rules(self) -> Mapping[str, Any]: ...
@@ -279,8 +282,9 @@ def resolve_selects(loader: _Loading, pkg: Any) -> None:
                 pkg, rule, name, {k: v for k, v in chosen.items() if v is not None}, stack
             )
         except SelectError as e:
-            raise BuildError(
+            # Like an analysis error in Bazel: only this target fails, when it is built.
+            loader.select_errors[Label(package=pkg.name, name=name)] = BuildError(
                 str(e), location=loc, hint="add a matching condition or //conditions:default"
-            ) from None
+            )
         except ValueError as e:
             raise BuildError(str(e), location=loc) from None

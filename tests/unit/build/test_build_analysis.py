@@ -314,5 +314,5 @@ def test_select_without_a_matching_condition_names_the_attribute_and_line(
             }
         )
     )
-    assert 'attribute "cmd" in genrule //p:g' in e.message and "//p:c" not in e.message
+    assert 'attribute "cmd" in genrule //p:g' in e.message and "    //p:c" in e.message
     assert str(e.location).startswith("p/BUILD:2")

@@ -9,8 +9,8 @@ import pytest
 import starlark as sl
 
 from rbs.build.api import load_and_analyze
-from rbs.build.errors import BuildError
 from rbs.build.compat import compat_text
+from rbs.build.errors import BuildError
 from rbs.build.starlark_env import (
     BUILD_BUILTINS,
     BUILD_FILE,

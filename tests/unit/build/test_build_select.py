@@ -1,0 +1,134 @@
+"""select() and config_setting: which branch the action graph gets (nothing is run)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rbs.build.api import load_and_analyze
+from rbs.build.errors import BuildError
+from rbs.build.graph import BIN_DIR, ActionGraph
+from rbs.build.select import BuildConfig, host_constraints
+
+MakeWs = Callable[[dict[str, str]], Path]
+
+CONDS = (
+    'config_setting(name = "fast", define_values = {"mode": "fast"})\n'
+    'config_setting(name = "fast_x", define_values = {"mode": "fast", "x": "1"})\n'
+    'config_setting(name = "dbg", values = {"define": "dbg=yes"})\n'
+    'config_setting(name = "linux", constraint_values = ["@platforms//os:linux"])\n'
+    'config_setting(name = "windows", constraint_values = ["@platforms//os:windows"])\n'
+    'config_setting(name = "fastbuild", values = {"compilation_mode": "fastbuild"})\n'
+)
+
+
+def cmd_of(root: Path, target: str, **defines: str) -> str:
+    cfg = BuildConfig(defines=tuple(defines.items()))
+    _, g = load_and_analyze(root, [target], config=cfg)
+    (a,) = [a for a in g.actions if str(a.owner) == target]
+    return str(a.argv[2]).removeprefix("set -euo pipefail; ")
+
+
+def genrule(name: str, cmd: str) -> str:
+    return f'genrule(name = "{name}", outs = ["{name}.txt"], cmd = {cmd})\n'
+
+
+def test_define_values_choose_the_branch_and_default_otherwise(make_ws: MakeWs) -> None:
+    sel = 'select({":fast": "echo fast > $@", "//conditions:default": "echo slow > $@"})'
+    root = make_ws({"c/BUILD": genrule("g", sel) + CONDS})
+    out = f"{BIN_DIR}/c/g.txt"
+    assert cmd_of(root, "//c:g") == f"echo slow > {out}"
+    assert cmd_of(root, "//c:g", mode="fast") == f"echo fast > {out}"
+    assert cmd_of(root, "//c:g", mode="other") == f"echo slow > {out}"
+
+
+def test_the_more_specialized_condition_wins_and_ties_are_ambiguous(make_ws: MakeWs) -> None:
+    sel = 'select({":fast": "echo a > $@", ":fast_x": "echo b > $@"})'
+    amb = 'select({":fast": "echo a > $@", ":dbg": "echo c > $@"})'
+    root = make_ws({"c/BUILD": CONDS + genrule("g", sel) + genrule("h", amb)})
+    assert cmd_of(root, "//c:g", mode="fast").startswith("echo a")
+    assert cmd_of(root, "//c:g", mode="fast", x="1").startswith("echo b")
+    with pytest.raises(BuildError, match="ambiguous match") as e:
+        cmd_of(root, "//c:h", mode="fast", dbg="yes")
+    assert str(e.value.location).startswith("c/BUILD:8")
+    assert cmd_of(root, "//c:h", dbg="yes").startswith("echo c")
+
+
+def test_constraint_values_match_the_host_platform(make_ws: MakeWs) -> None:
+    assert "@platforms//os:linux" in host_constraints()
+    sel = 'select({":windows": "echo w > $@", ":linux": "echo l > $@"})'
+    direct = 'select({"@platforms//os:linux": "echo L > $@", "//conditions:default": "x"})'
+    root = make_ws({"c/BUILD": CONDS + genrule("g", sel) + genrule("h", direct)})
+    assert cmd_of(root, "//c:g").startswith("echo l")
+    assert cmd_of(root, "//c:h").startswith("echo L")
+
+
+def test_select_plus_select_plus_list_and_conditions_in_other_packages(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "conf/BUILD": CONDS,
+            "p/a.txt": "a",
+            "p/b.txt": "b",
+            "p/c.txt": "c",
+            "p/BUILD": (
+                'genrule(name = "g", outs = ["g.txt"], cmd = "cat $(SRCS) > $@",\n'
+                '    srcs = ["a.txt"] + select({"//conf:fast": ["b.txt"], "//conditions:default": []})\n'
+                '         + select({"//conf:fastbuild": ["c.txt"]}))\n'
+            ),
+        }
+    )
+    _, g = load_and_analyze(root, ["//p:g"], config=BuildConfig(defines=(("mode", "fast"),)))
+    (a,) = [a for a in g.actions if str(a.owner) == "//p:g"]
+    assert a.inputs == ("p/a.txt", "p/b.txt", "p/c.txt")
+    _, g = load_and_analyze(root, ["//p:g"])
+    (a,) = [a for a in g.actions if str(a.owner) == "//p:g"]
+    assert a.inputs == ("p/a.txt", "p/c.txt")
+
+
+def test_select_in_a_macro_with_a_label_key_and_a_later_config_setting(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "p/defs.bzl": (
+                "def pick(name):\n"
+                '    cmd = select({Label("//p:fast"): "echo F", "//conditions:default": "echo S"})\n'
+                '    native.genrule(name = name, outs = [name + ".txt"], cmd = cmd + " > $@")\n'
+            ),
+            "p/BUILD": 'load(":defs.bzl", "pick")\npick(name = "m")\n' + CONDS,
+        }
+    )
+    assert cmd_of(root, "//p:m", mode="fast") == f"echo F > {BIN_DIR}/p/m.txt"
+    assert cmd_of(root, "//p:m") == f"echo S > {BIN_DIR}/p/m.txt"
+
+
+def test_no_match_error_and_unknown_values_key_and_missing_condition(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "c/BUILD": CONDS
+            + genrule("g", 'select({":fast": "x"}, no_match_error = "set --define mode=fast")')
+            + genrule("h", 'select({":nope": "x"})')
+            + 'config_setting(name = "odd", values = {"stamp": "1"})\n'
+            + genrule("i", 'select({":odd": "x", "//conditions:default": "y"})'),
+        }
+    )
+    with pytest.raises(BuildError, match="set --define mode=fast") as e:
+        cmd_of(root, "//c:g")
+    assert str(e.value.location).startswith("c/BUILD:7")
+    with pytest.raises(BuildError, match="no config_setting //c:nope"):
+        cmd_of(root, "//c:h")
+    with pytest.raises(BuildError, match="values key 'stamp' is not a flag rbs knows"):
+        cmd_of(root, "//c:i")
+
+
+def test_a_select_key_that_is_not_a_config_setting_is_refused(make_ws: MakeWs) -> None:
+    root = make_ws({"c/BUILD": genrule("g", 'select({":g2": "x"})') + genrule("g2", '"y"')})
+    with pytest.raises(BuildError, match="//c:g2 is a genrule, not a config_setting"):
+        cmd_of(root, "//c:g")
+
+
+def test_config_settings_make_no_actions(make_ws: MakeWs) -> None:
+    # The whole-workspace pattern analyses config_settings as targets without actions.
+    root = make_ws({"c/BUILD": CONDS})
+    g: ActionGraph = load_and_analyze(root, ["//..."])[1]
+    assert g.actions == ()
