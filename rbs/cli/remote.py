@@ -43,6 +43,8 @@ async def _serve(config: object, ready_file: Path | None) -> None:
     if ready_file is not None:
         _write_ready_file(ready_file, running.port, config.server.data_dir)
     auth = f"auth {running.parts.auth.describe()}"
+    if config.server.tls_cert is not None:
+        auth += ", TLS on both ports"
     click.echo(
         f"rbs remote: serving on {config.server.host}:{running.port} "
         f"(jobs API on port {running.http_port}; data dir {config.server.data_dir}, {auth})"
@@ -83,6 +85,17 @@ async def _serve(config: object, ready_file: Path | None) -> None:
     "SIGHUP reloads it. `rbs remote token add` makes entries.",
 )
 @click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Serve gRPC and the jobs API over TLS with this certificate (PEM); needs --tls-key. "
+    "Without TLS, tokens travel in clear text.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The private key (PEM) of --tls-cert.",
+)
+@click.option(
     "--max-cas-size",
     help="Evict least recently used blobs above this size, e.g. 50Gi "
     "(Gi = 2^30 bytes, G = 10^9; README: Sizes and durations).",
@@ -118,6 +131,8 @@ def serve(
     data_dir: Path | None,
     token_file: Path | None,
     tokens_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
     max_cas_size: str | None,
     instance_names: tuple[str, ...],
     digest_functions: tuple[str, ...],
@@ -131,6 +146,7 @@ def serve(
         parse_digest_functions,
         with_overrides,
     )
+    from rbs.server.tls import TlsError
     from rbs.units import SpecError, parse_size
     from rbs.wire.auth import TokenError
 
@@ -145,6 +161,8 @@ def serve(
             data_dir=data_dir,
             token_file=token_file,
             tokens_file=tokens_file,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
             instance_names=instance_names or None,
             digest_functions=parse_digest_functions(digest_functions, "--digest-function")
             if digest_functions
@@ -152,7 +170,7 @@ def serve(
             max_size=parse_size(max_cas_size, "--max-cas-size") if max_cas_size else None,
         )
         asyncio.run(_serve(config, ready_file))
-    except (ConfigError, SpecError, TokenError, OSError) as e:
+    except (ConfigError, SpecError, TokenError, TlsError, OSError) as e:
         raise click.ClickException(str(e)) from None
 
 

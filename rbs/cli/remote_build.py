@@ -22,7 +22,22 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+def tls_ca_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--tls-ca FILE`: trust the server's TLS certificate from FILE (RBS_REMOTE_TLS_CA)."""
+    from rbs.cli.job_submit import use_tls_ca
+
+    return click.option(
+        "--tls-ca",
+        metavar="FILE",
+        expose_value=False,
+        callback=lambda _ctx, _param, value: use_tls_ca(value),
+        help="Use TLS to the server, trusting its certificate from this CA file (PEM) "
+        "(also $RBS_REMOTE_TLS_CA; grpcs://HOST:PORT uses the system's roots).",
+    )(f)
+
+
 def remote_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = tls_ca_option(f)
     f = click.option(
         "--digest-function",
         "digest_function",

@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from rbs.cli.remote_build import tls_ca_option
+
 DEFAULT_SERVER = "127.0.0.1:8980"
 REMOTE_ENV = "RBS_REMOTE"
 
@@ -47,6 +49,7 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
 
 @click.command()
 @_server_option
+@tls_ca_option
 @click.option("--cpus", type=click.IntRange(min=1), help="CPUs to offer [default: all cores].")
 @click.option(
     "--memory-gb",
@@ -178,6 +181,7 @@ async def _run_worker(config: Any, ready_file: Path | None) -> None:
     help=f"The server's HOST:PORT; also ${REMOTE_ENV} [default: the local cluster under "
     f"$RBS_HOME when it runs, else {DEFAULT_SERVER}].",
 )
+@tls_ca_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 def status(server: str | None, as_json: bool) -> None:
     """Show workers (resources, slots, last heartbeat), queue depth, running actions, jobs."""

@@ -44,6 +44,7 @@ from rbs.wire.actions import directory_children
 from rbs.wire.reapi_client import (
     RemoteError,
     RemoteStore,
+    aio_connect,
     channel_options,
     connect,
     parse_target,
@@ -226,7 +227,7 @@ class Worker:
         self._heard_at = loop.time()
         try:
             while not self._stopping.is_set():
-                async with grpc.aio.insecure_channel(target, options=channel_options()) as ch:
+                async with aio_connect(self.config.server, channel_options()) as ch:
                     try:
                         registered = await self._session(WorkerStream(ch, self.config.token))
                     except grpc.aio.AioRpcError as e:

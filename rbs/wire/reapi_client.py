@@ -18,6 +18,7 @@ BlobNotFound) or `RemoteError`, whose message carries the server's explanation.
 from __future__ import annotations
 
 import io
+import os
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
@@ -61,15 +62,22 @@ class RemoteError(CasError):
         self.code = code
 
 
+# The CA file (PEM) to trust the server's TLS certificate with; `--tls-ca FILE` sets it.
+TLS_CA_ENV = "RBS_REMOTE_TLS_CA"
+
+
 def parse_target(target: str) -> str:
-    """`grpc://host:port` or `host:port` -> the gRPC target `host:port`."""
-    if target.startswith("grpc://"):
-        target = target[len("grpc://") :]
-    elif "://" in target:
-        raise ValueError(
-            f"unsupported remote address {target!r}: use grpc://HOST:PORT or HOST:PORT "
-            "(TLS is not supported; put a TLS proxy in front of the server)"
-        )
+    """`grpc://host:port`, `grpcs://host:port` (TLS) or `host:port` -> the gRPC target."""
+    for scheme in ("grpc://", "grpcs://"):
+        if target.startswith(scheme):
+            target = target[len(scheme) :]
+            break
+    else:
+        if "://" in target:
+            raise ValueError(
+                f"unsupported remote address {target!r}: use HOST:PORT, grpc://HOST:PORT, "
+                "or grpcs://HOST:PORT for TLS"
+            )
     if not target or target.endswith(":"):
         raise ValueError(f"remote address {target!r} has no port: use HOST:PORT")
     return target
@@ -82,9 +90,39 @@ def channel_options(max_message_size: int = DEFAULT_BATCH_SIZE + MESSAGE_HEADROO
     ]
 
 
+def tls_credentials(target: str) -> grpc.ChannelCredentials | None:
+    """TLS for `target` when it says grpcs:// or RBS_REMOTE_TLS_CA names a CA file to trust
+    (then grpcs:// uses that CA, plain grpcs:// the system's roots); None for plaintext."""
+    ca = os.environ.get(TLS_CA_ENV) or None
+    if ca is None and not target.startswith("grpcs://"):
+        return None
+    roots = None
+    if ca is not None:
+        try:
+            roots = Path(ca).read_bytes()
+        except OSError as e:
+            raise ValueError(f"--tls-ca {ca!r} (${TLS_CA_ENV}): {e.strerror}") from None
+        if b"-----BEGIN CERTIFICATE" not in roots:
+            raise ValueError(f"--tls-ca {ca!r} (${TLS_CA_ENV}): not a PEM certificate file")
+    return grpc.ssl_channel_credentials(root_certificates=roots)
+
+
 def connect(target: str, **options: Any) -> grpc.Channel:
-    """A plaintext channel to `target` (grpc://HOST:PORT) with rbs's message limits."""
-    return grpc.insecure_channel(parse_target(target), options=channel_options(**options))
+    """A channel to `target` with rbs's message limits: TLS for grpcs:// or with a CA
+    (`tls_credentials`), else plaintext (tokens then travel in clear text)."""
+    creds = tls_credentials(target)
+    opts = channel_options(**options)
+    if creds is not None:
+        return grpc.secure_channel(parse_target(target), creds, options=opts)
+    return grpc.insecure_channel(parse_target(target), options=opts)
+
+
+def aio_connect(target: str, options: list[Any]) -> grpc.aio.Channel:
+    """`connect` for asyncio (the worker's stream), with the same TLS rules."""
+    creds = tls_credentials(target)
+    if creds is not None:
+        return grpc.aio.secure_channel(parse_target(target), creds, options=options)
+    return grpc.aio.insecure_channel(parse_target(target), options=options)
 
 
 class _Call:

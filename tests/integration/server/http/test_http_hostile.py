@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from jobs_harness import JobCluster
 
-from rbs.server.config import Config, ServerConfig
+from rbs.server.config import Config
 from rbs.server.edge_config import HttpConfig
 
 LIMITS = HttpConfig(
