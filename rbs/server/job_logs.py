@@ -30,7 +30,7 @@ import contextlib
 import json
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -267,29 +267,24 @@ class JobLogs:
         for first, data in cur:
             yield first, tail[2] if tail is not None and tail[0] == first else lc.decompress(data)
 
-    def _columns(
+    def _blocks(
         self, job_id: int, after: int, task: int | None, tail: int | None, limit: int
-    ) -> tuple[list[int], list[float], list[str], list[str], list[lc.Run]]:
-        """The lines asked for as columns: seq, time, stream, text, run."""
-        cols: tuple[list[int], list[float], list[str], list[str], list[lc.Run]] = (
-            [],
-            [],
-            [],
-            [],
-            [],
-        )
+    ) -> list[_Columns]:
+        """The lines asked for as column blocks (one per segment, in display order):
+        seq, time, stream, text, run; `limit` lines at most, or the last `tail`."""
         want = tail if tail is not None else limit
-        if want <= 0:
-            return cols
-        blocks: list[_Columns] = []  # per segment: the selected columns, in seq order within
+        blocks: list[_Columns] = []
         got = 0
+        if want <= 0:
+            return []
         for first, raw in self._chunks(job_id, after, newest_first=tail is not None):
-            segs = []
+            picked = []
             seq = first
             for seg in lc.segments(raw):
-                segs.append((seq, seg))
+                block = _pick(seq, seg, after, task)
                 seq += len(seg)
-            picked = [_pick(s0, seg, after, task) for s0, seg in segs]
+                if block[0]:
+                    picked.append(block)
             if tail is not None:
                 blocks[:0] = picked
             else:
@@ -297,12 +292,18 @@ class JobLogs:
             got += sum(len(p[0]) for p in picked)
             if got >= want:
                 break
-        for block in blocks:
-            for col, part in zip(cols, block, strict=True):
-                col.extend(part)  # type: ignore[attr-defined]
-        if tail is not None:
-            return tuple(c[-want:] for c in cols)  # type: ignore[return-value]
-        return tuple(c[:want] for c in cols)  # type: ignore[return-value]
+        extra = got - want
+        while extra > 0:  # trim the far end: the oldest lines for a tail, else the newest
+            i = 0 if tail is not None else -1
+            size = len(blocks[i][0])
+            if size <= extra:
+                del blocks[i]
+                extra -= size
+                continue
+            keep = slice(extra, None) if tail is not None else slice(0, size - extra)
+            blocks[i] = tuple(c[keep] for c in blocks[i])  # type: ignore[assignment]
+            extra = 0
+        return blocks
 
     def read(
         self,
@@ -316,9 +317,9 @@ class JobLogs:
         """Lines in the job's display order: `seq` is the job's number, not the worker's."""
         from rbs.model import LogStream
 
-        seqs, times, streams, texts, runs = self._columns(job_id, after, task, tail, limit)
         return [
             LogLine(seq=s, time=t, stream=LogStream(st), text=x, task=r[0], attempt=r[1], rank=r[2])
+            for seqs, times, streams, texts, runs in self._blocks(job_id, after, task, tail, limit)
             for s, t, st, x, r in zip(seqs, times, streams, texts, runs, strict=True)
         ]
 
@@ -333,10 +334,10 @@ class JobLogs:
     ) -> tuple[bytes, int | None]:
         """`read`'s lines as the API's NDJSON, decoded from the chunks straight to bytes,
         and the display number of the last (None when there is none)."""
-        seqs, times, streams, texts, runs = self._columns(job_id, after, task, tail, limit)
-        if not seqs:
+        blocks = self._blocks(job_id, after, task, tail, limit)
+        if not blocks:
             return b"", None
-        return log_columns_payload(seqs, times, streams, texts, runs), seqs[-1]
+        return b"".join(log_columns_payload(*b) for b in blocks), blocks[-1][0][-1]
 
     def wake(self, job_id: int) -> None:
         ev = self._waiters.pop(job_id, None)
@@ -350,26 +351,24 @@ class JobLogs:
             await asyncio.wait_for(ev.wait(), timeout)
 
 
-def _pick(
-    first: int, seg: lc.Segment, after: int, task: int | None
-) -> tuple[list[int], list[float], list[str], list[str], list[lc.Run]]:
+def _pick(first: int, seg: lc.Segment, after: int, task: int | None) -> _Columns:
     """A segment's lines after `after` (of `task` only, when given) as columns."""
     n = len(seg)
     lo = max(0, after + 1 - first)
     names = lc.STREAM_NAMES
     runs = seg.runs
-    idx = range(lo, n)
-    if task is not None:
-        keep = {i for i, r in enumerate(runs) if r[0] == task}
-        idx = [i for i in idx if seg.run_of[i] in keep]  # type: ignore[assignment]
-    elif lo == 0:
+    if task is None and lo == 0:  # the whole segment, the common case: no index lists
         return (
-            list(range(first, first + n)),
-            list(seg.times),
+            range(first, first + n),  # type: ignore[return-value]
+            seg.times,
             [names[c] for c in seg.streams],
             seg.texts,
-            [runs[i] for i in seg.run_of],
+            [runs[i] for i in seg.run_of] if len(runs) > 1 else [runs[0]] * n,
         )
+    idx: Sequence[int] = range(lo, n)
+    if task is not None:
+        keep = {i for i, r in enumerate(runs) if r[0] == task}
+        idx = [i for i in idx if seg.run_of[i] in keep]
     return (
         [first + i for i in idx],
         [seg.times[i] for i in idx],

@@ -27,6 +27,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 
 import zstandard
 
@@ -162,11 +163,8 @@ def segments(raw: bytes) -> Iterator[Segment]:
         o += 4 * n
         whole = raw[o : o + size].decode("utf-8", "surrogatepass")
         o += size
-        texts = []
-        pos = 0
-        for k in lengths:
-            texts.append(whole[pos : pos + k])
-            pos += k
+        ends = list(accumulate(lengths))
+        texts = [whole[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
         yield Segment(times, streams, run_of, runs, texts)
 
 

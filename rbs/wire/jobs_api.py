@@ -299,11 +299,16 @@ def log_columns_payload(
     quote = json.encoder.encode_basestring  # json.dumps's string form (ensure_ascii=False)
     ends: dict[tuple[int | None, int, int], str] = {}
     out = []
+    last: object = None
+    end = ""
     for seq, t, stream, text, run in zip(seqs, times, streams, texts, runs, strict=True):
-        end = ends.get(run)
-        if end is None:
-            task = "null" if run[0] is None else str(run[0])
-            end = ends[run] = f', "task": {task}, "attempt": {run[1]}, "rank": {run[2]}}}\n'
+        if run is not last:  # a block's lines mostly share one run tuple
+            last = run
+            found = ends.get(run)
+            if found is None:
+                task = "null" if run[0] is None else str(run[0])
+                found = ends[run] = f', "task": {task}, "attempt": {run[1]}, "rank": {run[2]}}}\n'
+            end = found
         out.append(
             f'{{"seq": {seq}, "time": {t!r}, "stream": "{stream}", "text": {quote(text)}{end}'
         )
