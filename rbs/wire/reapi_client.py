@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 import grpc
-import zstandard
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
@@ -38,9 +36,15 @@ from rbs.cas.store import BlobStore, BlobWriter, hash_file
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 from rbs.wire.auth import auth_metadata, token_from_env
 from rbs.wire.limits import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
+from rbs.wire.reapi_streams import (
+    CHUNK,
+    ReadStream,
+    SpoolingWriter,
+    file_chunks,
+    zstd_chunks,
+)
 from rbs.wire.resource_names import Compressor, format_read_name, format_write_name
 
-CHUNK = 1 << 20
 # FindMissingBlobs requests stay far below the message limit at ~80 bytes a digest.
 _FIND_BATCH = 10_000
 # Per-blob framing inside a batch message, counted against the batch limit.
@@ -136,92 +140,6 @@ class _Call:
         self.caps = re_grpc.CapabilitiesStub(channel)
 
 
-class _SpoolingWriter(BlobWriter):
-    """Collects an upload in memory (spilling to a temp file when large), sends it at commit."""
-
-    def __init__(self, store: RemoteStore, expected: Digest) -> None:
-        super().__init__(expected)
-        self._store = store
-        self._buf = tempfile.SpooledTemporaryFile(max_size=store.batch_limit)  # noqa: SIM115
-
-    def _write(self, data: bytes) -> None:
-        self._buf.write(data)
-
-    def _commit(self) -> None:
-        self._buf.seek(0)
-        try:
-            if self.expected.size <= self._store.batch_limit:
-                self._store._batch_update([(self.expected, self._buf.read())])
-            else:
-                self._store._bytestream_write(self.expected, _file_chunks(self._buf))
-        finally:
-            self._buf.close()
-
-    def abort(self) -> None:
-        self._buf.close()
-
-
-def _file_chunks(f: Any) -> Iterator[bytes]:
-    while chunk := f.read(CHUNK):
-        yield chunk
-
-
-def _zstd_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    z = zstandard.ZstdCompressor(level=1).compressobj()
-    for chunk in chunks:
-        if out := z.compress(chunk):
-            yield out
-    yield z.flush()
-
-
-class _ReadStream(io.RawIOBase):
-    """A ByteStream Read as a file; verifies the digest when read to the end."""
-
-    def __init__(
-        self, responses: Iterator[bs_pb2.ReadResponse], digest: Digest, zstd: bool = False
-    ) -> None:
-        super().__init__()
-        self._responses = responses
-        self._digest = digest
-        self._unzstd = zstandard.ZstdDecompressor().decompressobj() if zstd else None
-        self._hasher = digest.function.hasher()
-        self._pending = memoryview(b"")
-        self._size = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        while not self._pending:
-            try:
-                resp = next(self._responses)
-            except StopIteration:
-                self._finish()
-                return 0
-            except grpc.RpcError as e:
-                raise _translate(e, f"reading {self._digest}", self._digest) from None
-            data = resp.data
-            if self._unzstd is not None:
-                try:
-                    data = self._unzstd.decompress(data)
-                except zstandard.ZstdError as e:
-                    raise CasError(f"reading {self._digest}: bad zstd data: {e}") from None
-            self._hasher.update(data)
-            self._size += len(data)
-            self._pending = memoryview(data)
-        n = min(len(b), len(self._pending))
-        b[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
-
-    def _finish(self) -> None:
-        actual = Digest(
-            function=self._digest.function, hash=self._hasher.hexdigest(), size=self._size
-        )
-        if actual != self._digest:
-            raise DigestMismatch(self._digest, actual)
-
-
 def _translate(err: grpc.RpcError, what: str, digest: Digest | None = None) -> CasError:
     if (
         digest is not None
@@ -282,7 +200,12 @@ class RemoteStore(BlobStore):
     # -- uploads --------------------------------------------------------------------
 
     def writer(self, expected: Digest) -> BlobWriter:
-        return _SpoolingWriter(self, expected)
+        return SpoolingWriter(
+            expected,
+            batch_limit=self.batch_limit,
+            small=lambda d, data: self._batch_update([(d, data)]),
+            large=self._bytestream_write,
+        )
 
     def put(
         self,
@@ -319,7 +242,7 @@ class RemoteStore(BlobStore):
             if digest.size <= self.batch_limit:
                 self._batch_update([(digest, f.read())])
             else:
-                self._bytestream_write(digest, _file_chunks(f))
+                self._bytestream_write(digest, file_chunks(f))
         return digest
 
     def put_blobs(
@@ -365,7 +288,7 @@ class RemoteStore(BlobStore):
     def _bytestream_write(self, digest: Digest, chunks: Iterable[bytes]) -> None:
         name = format_write_name(self.instance, str(uuid.uuid4()), digest, self._compressor)
         if self.zstd:
-            chunks = _zstd_chunks(chunks)
+            chunks = zstd_chunks(chunks)
 
         def requests() -> Iterator[bs_pb2.WriteRequest]:
             offset = 0
@@ -398,7 +321,12 @@ class RemoteStore(BlobStore):
         responses = self._call.bytestream.Read(
             bs_pb2.ReadRequest(resource_name=name), metadata=self._call.metadata
         )
-        stream = _ReadStream(iter(responses), digest, self.zstd)
+        stream = ReadStream(
+            iter(responses),
+            digest,
+            lambda e: _translate(e, f"reading {digest}", digest),
+            self.zstd,
+        )
         return cast(BinaryIO, io.BufferedReader(stream, CHUNK))
 
     def get(self, digest: Digest) -> bytes:
