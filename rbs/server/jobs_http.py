@@ -190,7 +190,8 @@ class JobsApi:
         refs = [TaskRef(job_id=job_id, index=index) for job_id, index in pairs]
         p = request[PRINCIPAL]
         for r in refs:
-            v = self.driver.view(r.job_id)  # NOT_FOUND for an unknown job
+            self.driver.state_of(r.job_id)  # NOT_FOUND for an unknown job
+            v = self.driver.view(r.job_id)
             reason = owner_refusal(p, r.job_id, v.user, v.parent)
             if reason is not None:
                 self.auth.refusals.refused("cancel", request.remote, reason)
