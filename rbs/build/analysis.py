@@ -10,6 +10,7 @@ import starlark as sl
 
 from rbs.build import bazel_tools
 from rbs.build.actions import ActionHooks, Current, files_in, runfiles_links
+from rbs.build.aspects import AspectHooks, Params
 from rbs.build.errors import BuildError, closest, location_from_starlark, starlark_message
 from rbs.build.graph import BIN_DIR, DEFAULT_PATH, ActionGraph, ActionSpec, File, TargetInfo
 from rbs.build.labels import Label
@@ -34,7 +35,7 @@ def test_timeout(size: object, timeout: object) -> int:
     return _SIZE_TIMEOUTS.get(size if isinstance(size, str) else "medium", 300)
 
 
-class Analyzer(ActionHooks):
+class Analyzer(ActionHooks, AspectHooks):
     """Runs rule implementations in dependency order and collects their actions."""
 
     def __init__(self, loader: Loader) -> None:
@@ -47,6 +48,7 @@ class Analyzer(ActionHooks):
         self.producers: dict[str, int] = {}
         self._stack: list[Label] = []
         self._cur: Current | None = None
+        self._aspect_results: dict[tuple[str, Label, Params], dict[str, Any]] = {}
         if sys.getrecursionlimit() < 10000:
             sys.setrecursionlimit(10000)
 
@@ -193,9 +195,9 @@ class Analyzer(ActionHooks):
                 for i in infos:
                     self._check_files_allowed(target, name, spec.allow_files, i)
                 attr[name] = (
-                    (self.plain[labels[0]] if labels else None)
+                    (self.dep_plain(labels[0], spec, target) if labels else None)
                     if spec.kind == "label"
-                    else [self.plain[x] for x in labels]
+                    else [self.dep_plain(x, spec, target) for x in labels]
                 )
                 fl = [f.to_starlark() for i in infos for f in i.files]
                 files[name] = fl

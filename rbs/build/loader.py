@@ -10,6 +10,7 @@ from typing import Any
 import starlark as sl
 
 from rbs.build import existing
+from rbs.build.aspects import AspectClass, new_aspect
 from rbs.build.compat import compat_ast, lower_build, lower_module
 from rbs.build.errors import (
     BuildError,
@@ -69,6 +70,7 @@ class Loader:
         self.ws = ws
         self.modules: dict[Label, Any] = {}  # label -> starlark FrozenModule
         self.rules: dict[str, RuleClass] = {}
+        self.aspects: dict[str, AspectClass] = {}
         self.providers: dict[str, str] = {}  # provider key -> exported name
         self.packages: dict[str, Package] = {}
         self.files_read: dict[str, Path] = {}  # display path -> file (for the state cache)
@@ -240,12 +242,21 @@ class Loader:
         self.providers[key] = key
         return key
 
+    def new_aspect(
+        self, module: Label, attr_aspects: Any = None, attrs: Any = None, doc: str = ""
+    ) -> str:
+        key = f"{module}%a{sum(1 for a in self.aspects.values() if a.module == module)}"
+        self.aspects[key] = new_aspect(module, key, attr_aspects or [], attrs, doc)
+        return key
+
     def package_decl(self, **kwargs: Any) -> None:
         """package(...): rbs keeps `features`; the other arguments are accepted and ignored."""
         feats = kwargs.get("features")
         if feats is not None:
             if not isinstance(feats, list) or not all(isinstance(x, str) for x in feats):
-                raise ValueError(f"package(features = ...) must be a list of strings, got {feats!r}")
+                raise ValueError(
+                    f"package(features = ...) must be a list of strings, got {feats!r}"
+                )
             self._pkg("package()").features = list(feats)
 
     def existing_rules(self) -> dict[str, dict[str, Any]]:

@@ -40,6 +40,8 @@ class AttrSpec:
     values: tuple[Any, ...] = ()
     doc: str = ""
     ignored: bool = False  # accepted for Bazel compatibility, not used by rbs
+    aspects: tuple[str, ...] = ()  # keys of the aspects applied to this attribute's targets
+    cfg: str = ""  # "exec" for tools built in the exec configuration
 
     @classmethod
     def from_starlark(cls, name: str, d: Mapping[str, Any]) -> AttrSpec:
@@ -65,6 +67,8 @@ class AttrSpec:
             executable=bool(d.get("executable")),
             values=tuple(d.get("values") or ()),
             doc=str(d.get("doc") or ""),
+            aspects=tuple(str(a) for a in d.get("aspects") or ()),
+            cfg=str(d.get("cfg") or ""),
         )
 
 
