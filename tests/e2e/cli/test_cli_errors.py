@@ -133,3 +133,26 @@ def test_unknown_job_is_one_line(home: Path) -> None:
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        (["--max-retries", "100000000000000000000"], "--max-retries"),
+        (["--time", "99999999999999999d"], "--time '99999999999999999d'"),
+        (["--priority", "100000000000000000000000"], "from -1000000 to 1000000"),
+        (["--env", "A=\x01"], "U+0001"),
+        (["--name", "a\x1b[2Jb"], "--name"),
+    ],
+    ids=lambda v: v[0] if isinstance(v, list) else "",
+)
+def test_out_of_range_flags_are_one_line_naming_flag_value_and_range(
+    home: Path, flags: list[str], names: str
+) -> None:
+    r = rbs(home, "job", "submit", *flags, "--", "true")
+    assert r.returncode == 2, r.stdout
+    assert "Traceback" not in r.stderr
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1, line
+    assert line.startswith("rbs job submit: error: ")
+    assert names in line
