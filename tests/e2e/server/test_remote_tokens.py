@@ -109,5 +109,11 @@ def test_the_embedded_cluster_records_the_login_name(tmp_path: Path) -> None:
         assert json.loads(shown.stdout)["user"] == getpass.getuser()
         plain = rbs("job", "show", job, env=env)
         assert getpass.getuser() in plain.stdout
+        listed = rbs("job", "list", "--history", "--user", getpass.getuser(), env=env)
+        header, row = listed.stdout.splitlines()[:2]
+        assert row.split()[0] == job
+        assert row[header.index("USER") :].split()[0] == getpass.getuser()
+        none = rbs("job", "list", "--history", "--user", "nobody-else", env=env)
+        assert job not in [line.split()[0] for line in none.stdout.splitlines()[1:]]
     finally:
         rbs("remote", "down", env=env)
