@@ -306,11 +306,13 @@ class Engine:
     def _outputs_intact(self, memo: tuple[tuple[str, str, bool], ...]) -> bool:
         # A memo entry names files under rbs-out/; their stat data proves they were not
         # touched since we published them (hardlinks into the store, read-only).
-        for path, _text, _exe in memo:
+        for path, text, _exe in memo:
             rel = out_path(path)
             k = self.state.published.get(rel)
             if k is None or out_key(self.root / rel) != k:
                 return False
+            if self.state.published_digest.get(rel, text) != text:
+                return False  # another action (another configuration) wrote it since
         return True
 
     def _publish(self, exec_path: str, digest: Digest, executable: bool) -> None:
@@ -332,6 +334,7 @@ class Engine:
             os.replace(tmp, dest)
         with self._lock:
             self.state.published[rel] = out_key(dest)
+            self.state.published_digest[rel] = str(digest)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

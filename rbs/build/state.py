@@ -115,6 +115,9 @@ class BuildState:
     noop: dict[str, tuple[tuple[str, StatKey | None], ...]] = field(default_factory=dict)
     # rbs-out path -> stat data when rbs published it
     published: dict[str, StatKey | None] = field(default_factory=dict)
+    # rbs-out path -> digest text of what rbs published there last: two actions (of two
+    # configurations) may write one path, and only the last one's memo still holds.
+    published_digest: dict[str, str] = field(default_factory=dict)
 
     @property
     def dir(self) -> Path:
@@ -124,18 +127,21 @@ class BuildState:
     def load(cls, root: Path) -> BuildState:
         st = cls(root=root)
         value = _load(st.dir / "state.pickle")
-        if isinstance(value, tuple) and len(value) == 4:
-            st.stats.entries, st.memo, st.noop, st.published = value
+        if isinstance(value, tuple) and len(value) == 5:
+            st.stats.entries, st.memo, st.noop, st.published, st.published_digest = value
         return st
 
     def save(self) -> None:
         # Entries are (re)inserted when used, so the oldest come first: drop those.
-        for table in (self.memo, self.published, self.stats.entries):
+        for table in (self.memo, self.published, self.published_digest, self.stats.entries):
             extra = len(table) - MAX_ENTRIES
             if extra > 0:
                 for key in list(itertools.islice(table, extra)):
                     del table[key]
-        _save(self.dir / "state.pickle", (self.stats.entries, self.memo, self.noop, self.published))
+        _save(
+            self.dir / "state.pickle",
+            (self.stats.entries, self.memo, self.noop, self.published, self.published_digest),
+        )
 
     def is_noop(self, request: str) -> bool:
         """True when every path the last build of `request` looked at is unchanged."""

@@ -217,3 +217,10 @@ def test_a_user_changes_their_own_jobs_an_admin_every_job() -> None:
     assert owner_refusal(ADMIN, 3, "bob", None) is None
     assert owner_refusal(RUN, 6, "alice", 5) is None  # its child
     assert owner_refusal(RUN, 5, "alice", None) is not None  # its own job: not a child
+
+
+def test_the_tokens_file_is_a_server_config_key(tmp_path: Path) -> None:
+    from rbs.server.config import config_from_dict
+
+    config = config_from_dict({"server": {"tokens_file": str(tmp_path / "t.toml")}})
+    assert config.server.tokens_file == tmp_path / "t.toml"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import logging
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -53,7 +55,7 @@ class AuthCluster(JobCluster):
                     token=token,
                 )
             )
-            self.workers.append((w, __import__("asyncio").ensure_future(w.run())))
+            self.workers.append((w, asyncio.ensure_future(w.run())))
             return w
 
         worker = self.call(make())
@@ -203,3 +205,59 @@ def test_a_runs_scoped_token_builds_and_submits_children_until_the_run_ends(
     assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
     assert "expired when the run ended" in (err.value.details() or "")
     assert _http(remote, "POST", "/v1/jobs", h, {"command": ["true"], "flags": {}}) == 401
+
+
+def test_a_worker_with_a_user_token_is_refused_and_says_why(
+    cluster: AuthCluster, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    async def run() -> BaseException | None:
+        w = Worker(
+            WorkerConfig(
+                server=cluster.address,
+                work_dir=tmp_path / "evil",
+                cpus=64,
+                memory_bytes=1 << 30,
+                job_slots=64,
+                token=tokens["alice"],
+            )
+        )
+        try:
+            await asyncio.wait_for(w.run(), 60)
+        except Exception as e:  # the worker gives up on a refused token
+            return e
+        return None
+
+    before = cluster.live_workers()
+    err = cluster.call(run(), timeout=90)
+    assert err is not None and "PERMISSION_DENIED" in str(err), err
+    assert "may not register as a worker" in str(err)
+    assert cluster.live_workers() == before  # the scheduler never heard of it
+
+
+def test_refusals_do_not_grow_the_log_without_bound(
+    cluster: AuthCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="rbs.wire.auth"):
+        for i in range(200):
+            assert _http(cluster.address, "GET", "/v1/jobs", f"Bearer guess-{i}") == 401
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert 1 <= len(refused) <= 10
+    assert not any("guess-" in r.getMessage() for r in caplog.records)
+
+
+def test_a_restarted_server_keeps_the_tokens_of_runs_that_survived_it(
+    cluster: AuthCluster, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    seen = tmp_path / "seen"
+    cmd = f'echo "$RBS_REMOTE_TOKEN" > {seen}.tmp; mv {seen}.tmp {seen}; sleep 60'
+    job = cluster.as_(tokens["alice"]).submit(["sh", "-c", cmd])
+    token = wait_for("the run's token", lambda: seen.exists() and seen.read_text().strip())
+    config = cluster.config
+    cluster.stop_server()
+    cluster.config = config  # the same tokens file and ports
+    cluster.start_server()
+    _capabilities(cluster.address, f"Bearer {token}")
+    cluster.as_(tokens["alice"]).cancel([job])
+    assert cluster.wait(job).state == "CANCELLED"
+    with pytest.raises(grpc.RpcError):
+        _capabilities(cluster.address, f"Bearer {token}")

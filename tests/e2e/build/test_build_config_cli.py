@@ -1,0 +1,113 @@
+"""`rbs build` with .bazelrc, --config, --define, select() and --keep-going, beside Bazel 4.2.3."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFIG_WS = Path(__file__).resolve().parents[2] / "fixtures" / "config_ws"
+OUTPUTS = ("p/mode.out", "p/report.txt")
+
+
+def rbs(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rbs", *args, "--plain"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    dest = tmp_path / "config_ws"
+    shutil.copytree(CONFIG_WS, dest)
+    return dest
+
+
+def test_bazelrc_configs_defines_and_unknown_flags(ws: Path) -> None:
+    rc = ws / ".bazelrc"
+    rc.write_text(rc.read_text() + "build --remote_download_minimal\n")
+    r = rbs(ws, "build", "//...")
+    assert r.returncode == 0, r.stderr
+    assert (
+        "config_ws/.bazelrc:4: ignoring --remote_download_minimal: not a flag rbs knows" in r.stderr
+    )
+    mode = ws / "rbs-out/bin/p/mode.out"
+    assert mode.read_text() == "input\nfast input\nfast linux\n"
+    assert not (ws / "rbs-out/bin/p/manual.out").exists()
+    r = rbs(ws, "build", "--config=flavored", "//...")
+    assert r.returncode == 0, r.stderr
+    assert mode.read_text() == "input\nfast input\nfast-and-sweet linux\n"
+    assert "//p:sugar sugar" in (ws / "rbs-out/bin/p/report.txt").read_text()
+    # A --define on the command line comes after the rc file's, so it wins.
+    r = rbs(ws, "build", "--define", "mode=slow", "//p:mode")
+    assert r.returncode == 0, r.stderr
+    assert mode.read_text() == "input\ndefault linux\n"
+    r = rbs(ws, "build", "--config=nope", "//...")
+    assert r.returncode != 0 and "--config=nope: no rc line defines it" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = rbs(ws, "build", "//p:manual_only")
+    assert r.returncode == 0 and (ws / "rbs-out/bin/p/manual.out").read_text() == "manual\n"
+
+
+def test_keep_going_reports_a_broken_package_and_exits_non_zero(ws: Path) -> None:
+    (ws / "broken").mkdir()
+    (ws / "broken/BUILD").write_text('genrule(name = "x", outs = ["x"],\n    cmd = undefined)\n')
+    r = rbs(ws, "build", "//...")
+    assert (
+        r.returncode == 1 and "broken/BUILD:2:11: error: Variable `undefined` not found" in r.stderr
+    )
+    assert not (ws / "rbs-out/bin/p/mode.out").exists()
+    r = rbs(ws, "build", "--keep_going", "//...")
+    assert r.returncode == 1, r.stderr
+    assert "broken/BUILD:2:11: error: Variable `undefined` not found" in r.stderr
+    assert "1 target(s) or package(s) failed to load" in r.stderr
+    assert (ws / "rbs-out/bin/p/mode.out").read_text() == "input\nfast input\nfast linux\n"
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.bazel
+def test_outputs_are_byte_identical_to_bazels(ws: Path, tmp_path: Path) -> None:
+    bazel = shutil.which("bazel")
+    if bazel is None:
+        pytest.skip("bazel is not installed (make test installs Debian's bazel-bootstrap)")
+    root = ["--output_user_root", str(tmp_path / "bazel-root")]
+    got: dict[tuple[str, str], bytes] = {}
+    try:
+        for config in ("", "--config=flavored"):
+            args = [bazel, *root, "build", "--experimental_repository_disable_download"]
+            res = subprocess.run(
+                [*args, *([config] if config else []), "//..."],
+                cwd=ws,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert res.returncode == 0, res.stderr[-3000:]
+            bin_dir = subprocess.run(
+                [bazel, *root, "info", "bazel-bin"],
+                cwd=ws,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            ).stdout.strip()
+            for rel in OUTPUTS:
+                got[config, rel] = (Path(bin_dir) / rel).read_bytes()
+    finally:
+        subprocess.run(
+            [bazel, *root, "shutdown"], cwd=ws, capture_output=True, timeout=120, check=False
+        )
+    for config in ("", "--config=flavored"):
+        r = rbs(ws, "build", *([config] if config else []), "//...")
+        assert r.returncode == 0, r.stderr
+        for rel in OUTPUTS:
+            assert (ws / "rbs-out/bin" / rel).read_bytes() == got[config, rel], (config, rel)
