@@ -16,6 +16,7 @@ from rbs.build.graph import BIN_DIR, DEFAULT_PATH, ActionGraph, ActionSpec, File
 from rbs.build.labels import Label
 from rbs.build.loader import Loader
 from rbs.build.rules import LABEL_KINDS, Target
+from rbs.build.select import setting_value
 from rbs.build.unsupported import missing_api
 
 _TEST_WRAPPER = (
@@ -255,6 +256,7 @@ class Analyzer(ActionHooks, AspectHooks):
             "outputs": outputs,
             "bin_dir": BIN_DIR,
             "workspace_name": self.ws_name,
+            "build_setting_value": setting_value(label, target.attrs, self.loader.config),
             "build_file_path": self.loader.packages[label.package].build_file,
             "var": {
                 "COMPILATION_MODE": "fastbuild",

@@ -58,6 +58,13 @@ CC_REPOS = {"@rules_cc//cc"}
 CC_MODULE = "@rbs//cc.rbs"
 
 
+# bazel_skylib modules whose API rbs provides itself (rules/skylib/).
+SKYLIB_MODULES = {
+    "@bazel_skylib//rules:common_settings.bzl": "@rbs//skylib/common_settings.rbs",
+    "@bazel_skylib//lib:selects.bzl": "@rbs//skylib/selects.rbs",
+}
+
+
 def display_path(label: Label) -> str:
     """How a file is named in messages: workspace-relative, or @rbs//... for shipped rules."""
     return f"@{label.repo}//{label.path}" if label.repo else label.path
@@ -111,6 +118,8 @@ class Loader:
 
     def _file_loader(self, requester: Label) -> Any:
         def load(module_id: str) -> Any:
+            if module_id in SKYLIB_MODULES:
+                return self.module(parse_load_label(SKYLIB_MODULES[module_id], package=""))
             if module_id.split(":")[0] in CC_REPOS:
                 # No C++ toolchain: these cc_* rules load, and fail when analysed.
                 return self.module(parse_load_label(CC_MODULE, package=""))

@@ -153,6 +153,8 @@ class Resolver:
                 f"select() in attribute {attr!r} of {target}: no config_setting {label}"
             )
         kind, attrs = found
+        if kind == "config_setting_group":
+            return self._group(label, attrs, attr, target)
         if kind == "constraint_value":
             return None  # rbs builds for the host platform only, which has none of these
         if kind != CONFIG_SETTING:
@@ -161,6 +163,31 @@ class Resolver:
                 "not a config_setting"
             )
         return config_matches(self.config, label, attrs, self.flag_default)
+
+    def _group(
+        self, label: Label, attrs: Mapping[str, Any], attr: str, target: str
+    ) -> frozenset[tuple[str, ...]] | None:
+        """selects.config_setting_group: any (match_any) or all (match_all) members."""
+        held: set[tuple[str, ...]] = set()
+        if attrs.get("match_all"):
+            for m in _members(label, attrs, "match_all"):
+                s = self._settings(m, attr, target)
+                if s is None:
+                    return None
+                held |= s
+            return frozenset(held)
+        hits = [self._settings(m, attr, target) for m in _members(label, attrs, "match_any")]
+        found = [h for h in hits if h is not None]
+        return max(found, key=len) if found else None
+
+
+def _members(label: Label, attrs: Mapping[str, Any], key: str) -> list[Label]:
+    try:
+        return [
+            parse_label(x, package=label.package, repo=label.repo) for x in attrs.get(key) or []
+        ]
+    except ValueError as e:
+        raise SelectError(f"config_setting_group {label}: {key}: {e}") from None
 
 
 def config_matches(
@@ -171,7 +198,7 @@ def config_matches(
 ) -> frozenset[tuple[str, ...]] | None:
     """The settings of config_setting `label` when it matches this build, else None."""
     defines = config.define_map()
-    flags = config.flag_map()
+    flags = _flags(config)
     held: set[tuple[str, ...]] = set()
     ok = True
     for key, want in (attrs.get("values") or {}).items():
@@ -210,6 +237,39 @@ def config_matches(
         held.add(("constraint", str(cl)))
         ok = ok and str(cl) in constraints
     return frozenset(held) if ok else None
+
+
+def setting_value(label: Label, attrs: Mapping[str, Any], config: BuildConfig) -> Any:
+    """ctx.build_setting_value of a build setting target: `--//pkg:flag=value` (from an rc
+    file), converted to the type of its default, else `build_setting_default`."""
+    if "build_setting_default" not in attrs:
+        return None
+    default = attrs["build_setting_default"]
+    given = _flags(config).get(str(label))
+    if given is None:
+        return default
+    if isinstance(default, bool):
+        if given.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise BuildError(f"--{label}={given}: {label} takes true or false")
+        return given.lower() in ("true", "1", "yes")
+    if isinstance(default, int):
+        try:
+            return int(given)
+        except ValueError:
+            raise BuildError(f"--{label}={given}: {label} takes an integer") from None
+    if isinstance(default, list):
+        return [x for x in given.split(",") if x]
+    return given
+
+
+def _flags(config: BuildConfig) -> dict[str, str]:
+    out = {}
+    for k, v in config.flag_map().items():
+        try:
+            out[str(parse_label(k))] = v
+        except ValueError:
+            raise BuildError(f"--{k}={v}: not a label of a build setting") from None
+    return out
 
 
 def _same_flag_value(have: str, want: str) -> bool:

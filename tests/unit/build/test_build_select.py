@@ -132,3 +132,52 @@ def test_config_settings_make_no_actions(make_ws: MakeWs) -> None:
     root = make_ws({"c/BUILD": CONDS})
     g: ActionGraph = load_and_analyze(root, ["//..."])[1]
     assert g.actions == ()
+
+
+SETTINGS = {
+    "s/BUILD": (
+        'load("@bazel_skylib//rules:common_settings.bzl", "bool_flag", "string_flag")\n'
+        'load("@bazel_skylib//lib:selects.bzl", "selects")\n'
+        'string_flag(name = "color", build_setting_default = "red", values = ["red", "blue"])\n'
+        'bool_flag(name = "loud", build_setting_default = False)\n'
+        'config_setting(name = "blue", flag_values = {":color": "blue"})\n'
+        'config_setting(name = "is_loud", flag_values = {":loud": "true"})\n'
+        'config_setting(name = "fast", define_values = {"mode": "fast"})\n'
+        'selects.config_setting_group(name = "blue_or_fast", match_any = [":blue", ":fast"])\n'
+        'selects.config_setting_group(name = "blue_and_loud", match_all = [":blue", ":is_loud"])\n'
+        'genrule(name = "g", outs = ["g.txt"], cmd = select({":blue_and_loud": "echo BL > $@",\n'
+        '    ":blue_or_fast": "echo BF > $@", "//conditions:default": "echo D > $@"}))\n'
+        'genrule(name = "h", outs = ["h.txt"], cmd = selects.with_or({(":blue", ":fast"): "echo or > $@",\n'
+        '    "//conditions:default": "echo no > $@"}))\n'
+        'load(":show.bzl", "show")\n'
+        'show(name = "v", dep = ":color")\n'
+    ),
+    "s/show.bzl": (
+        'load("@bazel_skylib//rules:common_settings.bzl", "BuildSettingInfo")\n'
+        "def _impl(ctx):\n"
+        '    out = ctx.actions.declare_file(ctx.label.name + ".txt")\n'
+        "    ctx.actions.write(output = out, content = ctx.attr.dep[BuildSettingInfo].value)\n"
+        "    return [DefaultInfo(files = depset([out]))]\n"
+        'show = rule(implementation = _impl, attrs = {"dep": attr.label()})\n'
+    ),
+}
+
+
+def test_skylib_flags_flag_values_and_setting_groups(make_ws: MakeWs) -> None:
+    root = make_ws(SETTINGS)
+
+    def run(target: str, *flags: tuple[str, str], **defines: str) -> tuple[str, str]:
+        cfg = BuildConfig(defines=tuple(defines.items()), flags=flags)
+        _, g = load_and_analyze(root, [target], config=cfg)
+        (a,) = [a for a in g.actions if str(a.owner) == target]
+        return a.kind, (bytes(a.content).decode() if a.kind == "write" else str(a.argv[2]))
+
+    assert run("//s:g")[1].endswith("echo D > " + f"{BIN_DIR}/s/g.txt")
+    assert "echo BF" in run("//s:g", mode="fast")[1]
+    assert "echo BF" in run("//s:g", ("//s:color", "blue"))[1]
+    assert "echo BL" in run("//s:g", ("//s:color", "blue"), ("//s:loud", "True"))[1]
+    assert "echo or" in run("//s:h", mode="fast")[1] and "echo no" in run("//s:h")[1]
+    assert run("//s:v") == ("write", "red")
+    assert run("//s:v", ("//s:color", "blue")) == ("write", "blue")
+    with pytest.raises(BuildError, match='"green" is not one of the allowed values'):
+        run("//s:v", ("//s:color", "green"))
