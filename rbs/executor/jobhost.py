@@ -19,8 +19,9 @@ run still alive shortly after its start (`jobship.StartReports`).
 Across a broken stream: runs carry on; their lease ids, and those of runs whose
 JobFinished the server has not acknowledged (ResultAck) yet, are listed in the next Register
 (`held_leases`) so the scheduler keeps them here; after registering, `on_connected`
-re-sends every unacknowledged log line and then the held JobFinished messages. A run's
-folder and log spool go once the result and every line are acknowledged.
+re-sends every unacknowledged log line and then the held JobFinished messages. A
+JobFinished counts as delivered only once the server acknowledges it, after the journal
+commit of the step that took it; a run's folder and spool go then (and every line acked).
 
 Across a daemon restart: the supervisor holds the runs, so a daemon stopped with
 `leave_running` (or killed) leaves them going; the next daemon connects to the same
@@ -28,10 +29,6 @@ supervisor (`start`), lists its runs, holds them in its first Register as the sa
 attempts, re-ships their lines from the last acknowledged seq and reports the exits it
 missed. A daemon that finds no supervisor starts one, which sweeps what a dead one
 left; the scheduler, not seeing those runs held, requeues them.
-
-A JobFinished counts as delivered only once the server acknowledges it, which it does
-after the journal commit of the step that took it: a server killed between reading it
-and journaling it gets it again from this worker after its restart.
 """
 
 from __future__ import annotations
@@ -94,7 +91,6 @@ DEFAULT_GRACE_S = 10.0
 # (more than a worker's outbox ever holds between two writes).
 FORGOTTEN_KEPT = 1000
 _SAFE_LEASE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-__all__ = ["START_FAILED_EXIT", "JobHost", "cgroup_scope"]  # START_FAILED_EXIT: jobrun's
 
 
 class JobHost:
@@ -133,6 +129,7 @@ class JobHost:
             on_lost=self._on_lost,
         )
         self._started: asyncio.Future[None] | None = None
+        self._restart: asyncio.Task[None] | None = None
         self._send = send
         self._connected = connected
         self._runs: dict[str, LeaseRun] = {}
@@ -166,7 +163,8 @@ class JobHost:
     async def _connect(self) -> None:
         attached = await self.supervisor.connect()
         if not attached:
-            jobfiles.remove(self.root)  # the fresh supervisor killed what was left there
+            if not self._runs:  # the fresh supervisor killed what was left there
+                jobfiles.remove(self.root)
             self.root.mkdir(parents=True, exist_ok=True)
             return
         runs = (await self.supervisor.list_runs()).runs
@@ -214,6 +212,14 @@ class JobHost:
         for run in self._runs.values():
             if run.live and run.exited is not None:
                 run.exited.set_result(Exited(lease_id=run.lease_id, state="FAILED", error=why))
+        if not self._stopping:  # a fresh one at once: it kills what the lost one left
+            self._restart = asyncio.get_running_loop().create_task(self._start_again())
+
+    async def _start_again(self) -> None:
+        try:
+            await self.start()
+        except Exception:
+            log.exception("cannot start a new run supervisor; the next job tries again")
 
     # ------------------------------------------------------------------ what the worker asks
 
@@ -405,10 +411,9 @@ class JobHost:
         self._end(run, msg)
 
     def _failed(self, run: LeaseRun, e: Exception) -> JobFinishedReport:
-        text = f"the worker failed running this job: {type(e).__name__}: {e}"
         if not run.live:
             self._reopen_spool(run)
-            self._sys(run, text)
+            self._sys(run, f"the worker failed running this job: {type(e).__name__}: {e}")
         return finished(run.lease, JobState.FAILED.value, START_FAILED_EXIT, message=str(e))
 
     def _end(self, run: LeaseRun, msg: JobFinishedReport) -> None:

@@ -189,9 +189,12 @@ class Supervisor:
                 self._write_conn()
         elif isinstance(data, tuple):
             run, what = data
+            # An earlier event of this batch may have closed the fd (a reap reads the
+            # pipes to their end).
             if what == "pidfd":
-                run.reap()
-            elif run.read(key.fd) < 0:
+                if run.pidfd == key.fd:
+                    run.reap()
+            elif key.fd in run.pipes and run.read(key.fd) < 0:
                 run.pipe_closed()
             self._after(run)
 

@@ -23,9 +23,10 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -210,8 +211,6 @@ class Worker:
             self.lease.on_renew = self.jobs.renew
             self.job_handler = self.jobs.handle
 
-    # ------------------------------------------------------------------ lifecycle
-
     async def run(self) -> None:
         target = parse_target(self.config.server)
         await asyncio.to_thread(self.runner.clean_leftovers)
@@ -222,14 +221,15 @@ class Worker:
                 raise WorkerError(f"cannot run jobs: {e}") from None
         backoff = 0.2
         loop = asyncio.get_running_loop()
-        # The reconnect timeout counts from the last time the server was reachable (a
-        # Registered, any message read), however the stream ended after that.
+        # --reconnect-timeout counts from the server's last word, however a stream ended.
         self._heard_at = loop.time()
         try:
             while not self._stopping.is_set():
                 async with aio_connect(self.config.server, channel_options()) as ch:
                     try:
-                        registered = await self._session(WorkerStream(ch, self.config.token))
+                        registered = await self._until_stopped(
+                            self._session(WorkerStream(ch, self.config.token))
+                        )
                     except grpc.aio.AioRpcError as e:
                         if e.code() in (
                             grpc.StatusCode.UNAUTHENTICATED,
@@ -268,13 +268,26 @@ class Worker:
     def stop(self) -> None:
         self._stopping.set()
 
+    async def _until_stopped(self, session: Coroutine[Any, Any, bool]) -> bool:
+        """The session's result, or False once stopped: an unanswered Register must not
+        hold up a SIGTERM (a port another process took)."""
+        task = asyncio.ensure_future(session)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return False
+
     async def _cancel_all(self) -> None:
         tasks = list(self._running.values())
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    # ------------------------------------------------------------------ the stream
 
     async def _session(self, stream: WorkerStream) -> bool:
         """One Connect stream; returns whether it got as far as being registered."""
@@ -391,8 +404,6 @@ class Worker:
             self._unsent[report.lease_id] = report
         else:
             log.debug("not connected; dropped a %s", type(report).__name__)
-
-    # ------------------------------------------------------------------ actions
 
     def _start(self, lease: ActionLeaseInfo) -> None:
         if lease.lease_id in self._running:
