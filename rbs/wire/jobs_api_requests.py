@@ -366,9 +366,12 @@ def wait_timeout(query: Mapping[str, str], limit: float = 300.0) -> float:
     """`GET /v1/jobs/{id}/wait`'s timeout in seconds (default 30), at most `limit`."""
     text = query.get("timeout", "30")
     try:
-        return min(float(text), limit)
+        seconds = float(text)
     except ValueError:
-        raise _invalid(f"timeout={text!r}: want seconds, e.g. 30 or 0.5") from None
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):  # NaN too
+        raise _invalid(f"timeout={text!r}: want seconds from 0 to {limit:g}, e.g. 30 or 0.5")
+    return min(seconds, limit)
 
 
 def _whole(query: Mapping[str, str], key: str, default: int) -> int:
@@ -376,9 +379,16 @@ def _whole(query: Mapping[str, str], key: str, default: int) -> int:
     if text is None:
         return default
     try:
-        return int(text)
+        n = int(text)
     except ValueError:
-        raise _invalid(f"{key}={text!r}: want a whole number") from None
+        n = -1
+    if not 0 <= n <= _QUERY_MAX:
+        raise _invalid(f"{key}={text!r}: want a whole number from 0 to {_QUERY_MAX}")
+    return n
+
+
+# The largest number a query takes (log seqs, tails, page sizes): far above any real one.
+_QUERY_MAX = 2**63 - 1
 
 
 def _flag(query: Mapping[str, str], key: str) -> bool:

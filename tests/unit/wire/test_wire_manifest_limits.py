@@ -146,3 +146,33 @@ def test_every_limit_names_its_range() -> None:
     for name, limit in LIMITS.items():
         assert limit.low <= limit.high, name
         assert limit.accepted.startswith(limit.what), name
+
+
+@pytest.mark.parametrize(
+    ("query", "parse", "want"),
+    [
+        ({"timeout": "nan"}, "wait", "timeout='nan': want seconds from 0 to 300"),
+        ({"timeout": "-1"}, "wait", "timeout='-1'"),
+        ({"timeout": "inf"}, "wait", "timeout='inf'"),
+        ({"after": "-1"}, "logs", "after='-1': want a whole number from 0"),
+        ({"tail": "x"}, "logs", "tail='x'"),
+        ({"after": "9" * 30}, "logs", "after="),
+    ],
+)
+def test_queries_out_of_range_name_the_parameter(
+    query: dict[str, str], parse: str, want: str
+) -> None:
+    from rbs.wire.errors import InvalidRequest
+    from rbs.wire.jobs_api_requests import logs_query, wait_timeout
+
+    with pytest.raises(InvalidRequest) as e:
+        wait_timeout(query) if parse == "wait" else logs_query(query)
+    assert want in str(e.value)
+
+
+def test_queries_in_range_pass() -> None:
+    from rbs.wire.jobs_api_requests import logs_query, wait_timeout
+
+    assert wait_timeout({"timeout": "1000"}) == 300.0
+    assert wait_timeout({}) == 30.0
+    assert logs_query({"after": "5", "tail": "0"}) == (5, 0, False)
