@@ -150,13 +150,17 @@ def claimed_user(value: str | None) -> str:
 
 WORKERS_SERVICE = "rbs.v1.Workers"
 WORKER_CONNECT = f"/{WORKERS_SERVICE}/Connect"
+OPERATIONS_SERVICE = "google.longrunning.Operations"
+# Operations have no owner: ending or forgetting one is an admin's action.
+_ADMIN_OPERATIONS = ("/CancelOperation", "/DeleteOperation")
 
 
 def grpc_refusal(p: Principal, method: str) -> str | None:
     """Why `p` may not call the gRPC `method` (`/package.Service/Method`), or None.
 
     The Workers stream is for worker tokens; a run's scoped token may use REAPI (the
-    cluster's build slots and CAS) and nothing of rbs's own services."""
+    cluster's build slots and CAS) and nothing of rbs's own services or the operations
+    listing; cancelling or deleting an operation (which has no owner) is for admins."""
     service = method.split("/")[1] if method.count("/") >= 2 else method
     if method == WORKER_CONNECT:
         if p.has(Role.WORKER):
@@ -165,6 +169,12 @@ def grpc_refusal(p: Principal, method: str) -> str | None:
     if service == WORKERS_SERVICE:
         if p.has(Role.RUN):
             return "a run's scoped token may not read the cluster's status"
+        return None
+    if service == OPERATIONS_SERVICE:
+        if p.has(Role.RUN):
+            return "a run's scoped token may not list or cancel the cluster's operations"
+        if method.endswith(_ADMIN_OPERATIONS) and not p.has(Role.ADMIN):
+            return f"user {p.user} may not cancel or delete operations (it needs the admin role)"
         return None
     return None  # REAPI: every role
 

@@ -197,6 +197,13 @@ def test_who_may_call_what_over_grpc() -> None:
         "/build.bazel.remote.execution.v2.ActionCache/GetActionResult",
     ):
         assert grpc_refusal(RUN, method) is None and grpc_refusal(USER, method) is None
+    ops = "/google.longrunning.Operations/"
+    assert grpc_refusal(USER, ops + "ListOperations") is None
+    assert grpc_refusal(RUN, ops + "ListOperations") is not None
+    for verb in ("CancelOperation", "DeleteOperation"):
+        assert grpc_refusal(ADMIN, ops + verb) is None
+        assert grpc_refusal(USER, ops + verb) is not None
+        assert grpc_refusal(WORKER, ops + verb) is not None
 
 
 def test_who_may_call_what_over_http() -> None:
