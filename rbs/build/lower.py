@@ -7,7 +7,7 @@ plain structs and dicts made by `compat.rbs`. The operations on them that Starla
 cannot be taught are rewritten, before the file is parsed by Starlark, into calls of
 helpers from `compat.rbs`:
 
-    a[K]          -> _rbs_at(a, K)         K a name or dotted name (a provider)
+    a[K]          -> _rbs_at(a, K, "K")    K a name or dotted name (a provider)
     K in a        -> _rbs_in(K, a)         (and `not in`)
     a + b, a += b -> _rbs_add(a, b), a = _rbs_iadd(a, b)
     str(x), print(...), "..." % x, "...".format(...)   -> label-aware forms
@@ -122,12 +122,14 @@ class _Lowerer(ast.NodeVisitor):
         if isinstance(node.ctx, ast.Load) and _key(node.slice):
             s, e = self.span(node)
             _, ve = self.span(node.value)
-            ks, _ = self.span(node.slice)
+            ks, ke = self.span(node.slice)
             hit = self.token(ve, ks, rb"\[")
             if hit and self.data[e - 1 : e] == b"]":
+                # The key's text names the provider in the error when it is missing.
+                name = b" ".join(self.data[ks:ke].split()).decode()
                 self.open(s, "_rbs_at(")
                 self.replace(hit[0], hit[1], ", ")
-                self.replace(e - 1, e, ")")
+                self.replace(e - 1, e, f', "{name}")')
         self.generic_visit(node)
 
     def visit_Compare(self, node: ast.Compare) -> None:

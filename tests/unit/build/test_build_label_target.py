@@ -38,6 +38,7 @@ def _report_impl(ctx):
         lines.append("%s %s %s %s %s" % (d.label, has, name, files, d[DefaultInfo].files.to_list()[0].basename))
     lines.append(str(Label("@rules_x//a:b").workspace_name) + " " + str(Label(":here")))
     lines.append(str(Label("//p:a") == Label("//p:a")))
+    lines.append(" ".join([str(f.owner) for f in ctx.files.deps]))
     ctx.actions.write(output = out, content = "\\n".join(lines) + "\\n")
     return [DefaultInfo(files = depset([out]))]
 
@@ -83,6 +84,7 @@ def test_labels_and_targets_read_as_in_bazel(make_ws: MakeWs) -> None:
         "//p:a.txt no - p/a.txt a.txt",
         "rules_x //lib:here",
         "True",
+        "//p:a.txt //p:a.txt",
     ]
 
 
@@ -196,3 +198,25 @@ def test_a_module_bazel_root_loads_bzlmod_rule_sets(tmp_path: Path) -> None:
     assert Workspace(root=tmp_path).name == "_main"
     g = graph(tmp_path)
     assert g.targets[Label(package="p", name="run")].executable is not None
+
+
+def test_a_missing_provider_is_named(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "p/defs.bzl": (
+                'MyInfo = provider(fields = ["x"])\n'
+                "def _impl(ctx):\n"
+                "    return [ctx.attr.dep[MyInfo]]\n"
+                'r = rule(implementation = _impl, attrs = {"dep": attr.label()})\n'
+            ),
+            "p/BUILD": (
+                'load(":defs.bzl", "r")\n'
+                'genrule(name = "g", outs = ["g.txt"], cmd = "echo > $@")\n'
+                'r(name = "a", dep = ":g")\n'
+            ),
+        }
+    )
+    with pytest.raises(BuildError) as e:
+        graph(root, "//p:a")
+    assert "<target //p:g> doesn't contain declared provider 'MyInfo'" in e.value.message
+    assert str(e.value.location).startswith("p/defs.bzl:3")

@@ -51,7 +51,7 @@ def test_loads_with_a_keyword_before_a_positional_symbol_are_kept() -> None:
     out = lower(text, reserved=frozenset({"_file"}))
     assert out.splitlines() == [
         'load(":x.bzl", _rbs_user_file = "file", "y")',
-        "_rbs_user_file(name = _rbs_at(d, K))",
+        '_rbs_user_file(name = _rbs_at(d, K, "K"))',
     ]
 
 
