@@ -211,11 +211,13 @@ def bench_bazel(port: int, tmp: Path, genrules: int, runs: int) -> None:
     )
 
 
-def _phases(db: Path) -> dict[str, float]:
-    """Median ms per action of each step, from the operations the server kept."""
+def _phases(db: Path, slots: int) -> dict[str, float]:
+    """Median ms per action of each step, from the operations the server kept; and the
+    time a build slot sat idle between one action's end and the next one's start."""
     from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 
     steps: dict[str, list[float]] = {}
+    spans: list[tuple[int, int]] = []
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     for created, updated, blob in con.execute(
         "SELECT created, updated, response FROM operations WHERE response IS NOT NULL"
@@ -234,11 +236,37 @@ def _phases(db: Path) -> dict[str, float]:
         }
         if not t["start"]:
             continue
+        spans.append((int(t["start"]), int(t["done"])))
         names = list(t)
         for a, b in itertools.pairwise(names):
             steps.setdefault(f"{a}->{b}", []).append((t[b] - t[a]) / 1e6)
     con.close()
-    return {k: statistics.median(v) for k, v in steps.items()}
+    out = {k: statistics.median(v) for k, v in steps.items()}
+    # Replay the runs on `slots` slots in start order: each goes to the slot free first.
+    free = [0] * slots
+    idle: list[float] = []
+    for start, done in sorted(spans):
+        k = min(range(slots), key=lambda i: free[i])
+        if free[k]:
+            idle.append(max(0, start - free[k]) / 1e6)
+        free[k] = done
+    if idle:
+        out["slot idle between actions"] = statistics.median(idle)
+    return out
+
+
+def _server_spans(db: Path, windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Per build: (first operation created to last one finished, the build's wall time)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    out = []
+    for t0, t1 in windows:
+        first, last = con.execute(
+            "SELECT min(created), max(updated) FROM operations WHERE created BETWEEN ? AND ?",
+            (t0, t1),
+        ).fetchone()
+        out.append(((last or 0) - (first or 0), t1 - t0))
+    con.close()
+    return out
 
 
 def bench_bazel_exec(tmp: Path, genrules: int, runs: int, slots: int = 2) -> None:
@@ -281,13 +309,16 @@ def bench_bazel_exec(tmp: Path, genrules: int, runs: int, slots: int = 2) -> Non
             time.sleep(0.05)
         # Starts Bazel's server and warms both ends; not measured.
         bazel.clean_build(*flags, strategy="remote")
-        took = []
+        took, windows = [], []
         for _ in range(runs):
+            t0 = time.time()
             seconds, summary = bazel.clean_build(*flags, strategy="remote")
             took.append(seconds)
+            windows.append((t0, time.time()))
             if f"{genrules} remote" not in summary:
                 raise SystemExit(f"expected {genrules} remote executions, got: {summary}")
-        phases = _phases(root / "server" / "execution.db")
+        phases = _phases(root / "server" / "execution.db", slots)
+        spans = _server_spans(root / "server" / "execution.db", windows)
     finally:
         subprocess.run([bazel_bin, *bazel.startup, "shutdown"], cwd=ws, env=bazel.env, timeout=120)
         for p in (worker, proc):
@@ -303,6 +334,10 @@ def bench_bazel_exec(tmp: Path, genrules: int, runs: int, slots: int = 2) -> Non
         "  per action, median ms: "
         + ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
         + f"; wall per action {med / genrules * 1e3:.1f} ms"
+    )
+    print(
+        "  the server saw each build's operations (first Execute to last result) for "
+        + ", ".join(f"{a:.2f} s of {w:.2f} s" for a, w in spans)
     )
 
 

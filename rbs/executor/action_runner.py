@@ -131,6 +131,9 @@ class ActionExecutor:
         self._prefetch = prefetch
         self._fetch = fetch
         self._sandboxes = Path(work_dir) / "sandboxes"
+        # Finished sandboxes are renamed here and deleted off the action's path.
+        self._trash = Path(work_dir) / "sandboxes.trash"
+        self._deleting: set[asyncio.Future[None]] = set()
         self._upload = upload
         self._worker_name = worker_name
         self._link = link_inputs
@@ -168,7 +171,7 @@ class ActionExecutor:
             upload_completed = time.time_ns()
         finally:
             if not self._keep:
-                await asyncio.to_thread(sandbox.remove)
+                self._discard(sandbox)
         result = dataclasses.replace(
             result,
             execution_metadata=ExecutionTimes(
@@ -191,8 +194,27 @@ class ActionExecutor:
             )
         return ActionOutcome(code=StatusCode.OK, result=result)
 
+    def _discard(self, sandbox: Sandbox) -> None:
+        """Free the slot at once: rename the sandbox aside (its process group is already
+        dead) and delete it in a thread; deleting took longer than running a small action."""
+        gone = self._trash / sandbox.path.name
+        try:
+            self._trash.mkdir(exist_ok=True)
+            os.rename(sandbox.path, gone)
+        except OSError:
+            gone = sandbox.path
+        task = asyncio.ensure_future(asyncio.to_thread(remove_tree, gone))
+        self._deleting.add(task)
+        task.add_done_callback(self._deleted)
+
+    def _deleted(self, task: asyncio.Future[None]) -> None:
+        self._deleting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not delete a finished sandbox: %s", task.exception())
+
     def clean_leftovers(self) -> int:
         """Kill process groups and remove sandboxes left by a crashed earlier run."""
+        remove_tree(self._trash)
         if not self._sandboxes.is_dir():
             return 0
         n = 0
