@@ -55,6 +55,7 @@ from rbs.scheduler.instructions import (
 from rbs.scheduler.state import SchedulerError
 from rbs.scheduler.store import Store
 from rbs.scheduler.views import JobView
+from rbs.server.interning import Interner
 from rbs.server.job_errors import JobRequestError as JobRequestError
 from rbs.server.job_logs import JobLogs, LogIntake
 from rbs.server.job_outputs import JobOutputs
@@ -120,6 +121,7 @@ class JobDriver:
         self._held_finished: list[tuple[str, JobFinishedReport]] = []
         self._finished_waiting = False
         self._journal_error: str | None = None
+        self._shared = Interner()  # equal provenance tuples kept once (rbs/server/interning.py)
         self._request_of: dict[str, str] = {}  # Submit event id -> request id
         self._submitting: dict[str, asyncio.Future[Any]] = {}  # request id -> its answer
         self._heard: dict[str, float] = {}  # worker -> the hub's last_heartbeat relayed
@@ -458,7 +460,7 @@ class JobDriver:
             if inflight is not None:
                 job_id: int = await asyncio.shield(inflight)
                 return job_id
-        prov = tuple(sorted(provenance.items()))  # owner: the user, and the parent job
+        prov = self._shared(tuple(sorted(provenance.items())))  # owner: user, parent job
         event = Submit(manifest=manifest, provenance=prov, user=owner[0], parent=owner[1])
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if request_id is not None:
