@@ -198,6 +198,9 @@ class HttpGuard:
         except web.HTTPException:
             raise  # aiohttp's own answers: 404 for an unknown route, 405, ...
         except Exception:
+            transport = request.transport
+            if transport is None or transport.is_closing() or request.writer.output_size > 0:
+                raise  # the answer has begun, or the client is gone: aiohttp ends it
             # A bug, not the request's fault: logged with its traceback, answered in the
             # API's own error form rather than aiohttp's text page.
             log.exception("%s %s failed", request.method, request.path)

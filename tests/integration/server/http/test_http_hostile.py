@@ -171,3 +171,23 @@ def test_an_idle_flood_is_capped_and_others_are_served(cluster: JobCluster) -> N
             assert read_all(s) == b""
     # Once they are gone, the first address is served again.
     assert get(port, "/v1/status")[0] == 200
+
+
+def test_a_server_bug_is_a_json_500_and_the_server_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rbs.server.jobs_http import JobsApi
+
+    async def broken(self: JobsApi, request: Any) -> Any:
+        raise RuntimeError("a bug in a handler")
+
+    monkeypatch.setattr(JobsApi, "queues", broken)
+    c = JobCluster(tmp_path / "server")
+    try:
+        status, doc = get(c.port + 1, "/v1/queues")
+        assert status == 500
+        assert doc["error"]["code"] == "INTERNAL"
+        assert "a bug" not in doc["error"]["message"]  # the details stay in the server's log
+        assert get(c.port + 1, "/v1/status")[0] == 200
+    finally:
+        c.stop()
