@@ -104,3 +104,36 @@ def test_half_a_tls_pair_is_a_clear_error(tmp_path: Path, which: str, needle: st
     assert r.returncode == 1
     assert needle in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_worker_registers_over_tls_with_tls_ca(served: tuple[str, Path], tmp_path: Path) -> None:
+    address, cert = served
+    proc = subprocess.Popen(
+        [
+            *RBS,
+            *("remote", "worker", "--server", address, "--tls-ca", str(cert)),
+            *("--work-dir", str(tmp_path / "w"), "--cpus", "1", "--log-level", "warning"),
+        ],
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        readable, _, _ = select.select([proc.stdout], [], [], 60)
+        line = proc.stdout.readline() if readable else ""
+        assert f"registered with {address}" in line, line
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def test_a_worker_with_an_unreadable_ca_says_so_in_one_line(
+    served: tuple[str, Path], tmp_path: Path
+) -> None:
+    address, _ = served
+    r = rbs(tmp_path, "remote", "worker", "--server", address, "--tls-ca", "nope.pem")
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "--tls-ca 'nope.pem'" in r.stderr
