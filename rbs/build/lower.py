@@ -301,7 +301,9 @@ def original_name(name: str) -> str:
     return name[len(_RENAMED_PREFIX) :] if name.startswith(_RENAMED_PREFIX + "_") else name
 
 
+_TOP_PRIVATE = re.compile(r"^(?:def\s+)?(_\w+)\s*[=(]", re.MULTILINE)
+
+
 def private_names(prelude_text: str) -> frozenset[str]:
-    """The top-level private names a prelude defines."""
-    tree = ast.parse(prelude_text)
-    return frozenset(n for n in _top_level_names(tree) if n.startswith("_"))
+    """The top-level private names a prelude defines (`_x = ...`, `def _x(...)`)."""
+    return frozenset(_TOP_PRIVATE.findall(prelude_text))
