@@ -286,7 +286,7 @@ LIMITS: dict[str, Limit] = {
     "env.size": Limit("a size (KEY=VALUE plus 1, summed)", 0, 64 * 1024, unit=" bytes"),
     "env.count": Limit("a number of variables", 0, 4_096, unit=" variables"),
     "command.args": Limit("a number of arguments", 1, 65_536, unit=" arguments"),
-    "command.size": Limit("a size (each argument plus 1)", 1, 1 << 20, unit=" bytes"),
+    "command.size": Limit("a size (each argument plus 1)", 1, 256 << 10, unit=" bytes"),
     "outputs": Limit("a number of paths", 0, 1_000, unit=" paths"),
     "name": Limit("a length", 1, 256, unit=" characters"),
     "queue": Limit("a length", 1, 64, unit=" characters"),
