@@ -17,6 +17,7 @@ from rbs.build.labels import Label
 from rbs.build.loader import Loader
 from rbs.build.rules import LABEL_KINDS, Target
 from rbs.build.select import setting_value
+from rbs.build.toolchains import template_variables, toolchains_for
 from rbs.build.unsupported import missing_api
 
 _TEST_WRAPPER = (
@@ -263,6 +264,7 @@ class Analyzer(ActionHooks, AspectHooks):
                 "BINDIR": BIN_DIR,
                 "GENDIR": BIN_DIR,
                 "TARGET_CPU": "k8",
+                **template_variables(self, target),
             },
         }
 
@@ -290,6 +292,7 @@ class Analyzer(ActionHooks, AspectHooks):
         prev_impl, self.loader.impl = self.loader.impl, self
         try:
             data = self._ctx_data(target, deps, cur)
+            data["toolchains"] = toolchains_for(self, target)
             result = self.loader.call_impl(target.rule, data)
         except sl.StarlarkError as e:
             raise self._impl_error(target, str(e)) from None

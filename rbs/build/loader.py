@@ -39,6 +39,7 @@ from rbs.build.starlark_env import (
     ImplHooks,
     prelude_ast,
 )
+from rbs.build.toolchains import toolchain_types
 from rbs.build.unsupported import missing_api
 from rbs.build.workspace import Workspace, glob, missing_package, package_files
 
@@ -219,6 +220,7 @@ class Loader:
         test: bool,
         doc: str,
         outputs: Any = None,
+        toolchains: Any = None,
     ) -> str:
         specs: dict[str, AttrSpec] = {}
         for name, d in attrs.items():
@@ -241,6 +243,7 @@ class Loader:
             test=bool(test),
             doc=str(doc),
             outputs=implicit_outputs(outputs),
+            toolchains=toolchain_types(toolchains, module),
         )
         return key
 
@@ -433,6 +436,7 @@ def _renamed(rc: RuleClass, kind: str) -> RuleClass:
         test=rc.test,
         doc=rc.doc,
         outputs=rc.outputs,
+        toolchains=rc.toolchains,
     )
 
 

@@ -132,6 +132,8 @@ class RuleClass:
     doc: str = ""
     # rule(outputs = {"md5": "%{name}.md5"}): implicit outputs, key -> file name template.
     outputs: tuple[tuple[str, str], ...] = ()
+    # rule(toolchains = [...]): the toolchain_type labels its ctx.toolchains answers.
+    toolchains: tuple[str, ...] = ()
 
     def all_attrs(self) -> dict[str, AttrSpec]:
         out = dict(COMMON_ATTRS)

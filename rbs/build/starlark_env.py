@@ -74,6 +74,7 @@ class Host(Protocol):
         test: bool,
         doc: str,
         outputs: Any = None,
+        toolchains: Any = None,
     ) -> str: ...
     def new_provider(self, module: Label, doc: str = "") -> str: ...
     def register_target(self, rule: str, name: Any, attrs: dict[str, Any], stack: str) -> None: ...
@@ -180,6 +181,8 @@ NATIVES = (
     "constraint_setting",
     "constraint_value",
     "platform",
+    "toolchain",
+    "toolchain_type",
 )
 
 
