@@ -77,13 +77,18 @@ class BuildResult:
 _ANALYSIS_FILES = (
     "actions.py",
     "analysis.py",
+    "compat.py",
+    "compat.rbs",
     "expand.py",
     "graph.py",
     "labels.py",
     "loader.py",
+    "lower.py",
     "prelude.rbs",
     "rules.py",
+    "select.py",
     "starlark_env.py",
+    "unsupported.py",
 )
 
 

@@ -10,7 +10,7 @@ helpers from `compat.rbs`:
     a[K]          -> _rbs_at(a, K, "K")    K a name or dotted name (a provider)
     K in a        -> _rbs_in(K, a)         (and `not in`)
     a + b, a += b -> _rbs_add(a, b), a = _rbs_iadd(a, b)
-    str(x), print(...), "..." % x, "...".format(...)   -> label-aware forms
+    str(x), print(...), type(x), "..." % x, "...".format(...)   -> Bazel's forms
     x.relative(...), x.same_package_label(...)         -> _rbs_call(x, "relative", ...)
 
 The rewrite keeps every line where it was (only text inside a line changes), so the
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 # Helpers a lowered file calls; `compat.rbs` defines them.
-HELPERS = ("_rbs_at", "_rbs_in", "_rbs_add", "_rbs_iadd", "_rbs_str", "_rbs_print")
+HELPERS = ("_rbs_at", "_rbs_in", "_rbs_add", "_rbs_iadd", "_rbs_str", "_rbs_print", "_rbs_type")
 _METHODS = ("relative", "same_package_label")
 _RENAMED_PREFIX = "_rbs_user"
 
@@ -175,7 +175,11 @@ class _Lowerer(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
-        if isinstance(f, ast.Name) and f.id in ("str", "print") and f.id not in self.renames:
+        if (
+            isinstance(f, ast.Name)
+            and f.id in ("str", "print", "type")
+            and f.id not in self.renames
+        ):
             s, e = self.span(f)
             self.replace(s, e, f"_rbs_{f.id}")
             for child in (*node.args, *node.keywords):

@@ -220,3 +220,26 @@ def test_a_missing_provider_is_named(make_ws: MakeWs) -> None:
         graph(root, "//p:a")
     assert "<target //p:g> doesn't contain declared provider 'MyInfo'" in e.value.message
     assert str(e.value.location).startswith("p/defs.bzl:3")
+
+
+def test_type_names_are_bazels(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "p/a.txt": "",
+            "p/defs.bzl": (
+                "def _impl(ctx):\n"
+                '    out = ctx.actions.declare_file("t.txt")\n'
+                "    d = ctx.attr.dep\n"
+                "    names = [type(ctx.label), type(d), type(ctx.file.dep), type(d.files), type([]), type(ctx.attr.how), ctx.attr.how]\n"
+                '    ctx.actions.write(output = out, content = " ".join(names))\n'
+                "    return [DefaultInfo(files = depset([out]))]\n"
+                'r = rule(implementation = _impl, attrs = {"dep": attr.label(allow_single_file = True), "how": attr.string()})\n'
+                "def m(name, how):\n"
+                '    r(name = name, dep = "a.txt", how = "select" if type(how) == "select" else how)\n'
+            ),
+            "p/BUILD": 'load(":defs.bzl", "m")\nm(name = "t", how = select({"//conditions:default": "x"}))\n',
+        }
+    )
+    assert (
+        content_of(graph(root, "//p:t"), "//p:t") == "Label Target File depset list string select"
+    )
