@@ -103,6 +103,11 @@ class _Lowerer(ast.NodeVisitor):
         super().generic_visit(node)
         self.depth -= 1
 
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        # f-strings (rbs's dialect only; Bazel has none): positions inside them are not
+        # reliable in every Python, so nothing in them is rewritten.
+        return
+
     def visit_Name(self, node: ast.Name) -> None:
         new = self.renames.get(node.id)
         if new is not None:
