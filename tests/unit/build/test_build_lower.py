@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import starlark as sl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rbs.build.compat import compat_ast, lower_module
 from rbs.build.lower import lower
@@ -58,3 +60,37 @@ def test_loads_with_a_keyword_before_a_positional_symbol_are_kept() -> None:
 def test_a_file_python_cannot_parse_is_passed_on_unchanged() -> None:
     text = "def f(:\n"
     assert lower(text) == text
+
+
+def _expressions() -> st.SearchStrategy[str]:
+    atoms = st.sampled_from(["L", "D", "S", "K", "I", "[1, 2]", '"ab"', "{'k': [3]}", "0"])
+    space = st.sampled_from([" ", "", "\n    ", "  # c +[in\n    "])
+
+    def grow(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            st.tuples(inner, space, inner).map(lambda t: f"({t[0]} +{t[1]}{t[2]})"),
+            st.tuples(inner, space, inner).map(lambda t: f"({t[0]}{t[1]}in {t[2]})"),
+            st.tuples(inner, space, inner).map(lambda t: f"({t[0]} not in{t[1]}{t[2]})"),
+            st.tuples(inner, space).map(lambda t: f"{t[0]}[{t[1]}K]"),
+            st.tuples(inner, space).map(lambda t: f"{t[0]}[{t[1]}I]"),
+            inner.map(lambda e: f"str({e})"),
+            inner.map(lambda e: f'("%s" % ({e},))'),
+        )
+
+    return st.recursive(atoms, grow, max_leaves=6)
+
+
+def _outcome(text: str, with_compat: bool) -> tuple[bool, object]:
+    program = 'L = [0, "k"]\nD = {"k": [1], 0: "z"}\nS = "k0"\nK = "k"\nI = 0\nr = ' + text + "\n"
+    try:
+        return True, run(program, with_compat=with_compat)
+    except sl.StarlarkError:
+        return False, None
+
+
+@settings(max_examples=150, deadline=None)
+@given(_expressions())
+def test_lowering_never_changes_what_an_expression_computes(expr: str) -> None:
+    lowered = lower_module("r = " + expr + "\n")[len("r = ") : -1]
+    assert lowered.count("\n") == expr.count("\n")
+    assert _outcome(lowered, True) == _outcome(expr, False), lowered
