@@ -233,6 +233,12 @@ class HttpGuard:
         all when `total`, else with no gap between chunks longer than that (408)."""
         if request.content_length is not None and request.content_length > limit:
             raise _too_large(request.content_length, limit)
+        if request.content.at_eof():
+            # Read already (aiohttp keeps what `request.read()` read), or empty.
+            data = await request.read()
+            if len(data) > limit:
+                raise _too_large(len(data), limit)
+            return data
         chunks: list[bytes] = []
         size = 0
         timeout = self.config.body_timeout

@@ -37,6 +37,7 @@ from rbs.client.jobs import JobsClient
 from rbs.client.staging import stage_inputs
 from rbs.model import JobManifest, Resources
 from rbs.scheduler.config import QueueConfig, SchedulerConfig
+from rbs.server.config import Config
 from rbs.server.jobs_http import JobsApi
 
 # A grid step far longer than any test: the age bonus cannot tick during the walk.
@@ -252,7 +253,9 @@ def recorded_requests() -> Iterator[list[Doc]]:
 
     real_start = rbs.server.cluster.start_http
 
-    async def start_http(api: JobsApi, host: str, port: int) -> web.AppRunner:
+    async def start_http(
+        api: JobsApi, host: str, port: int, config: Config | None = None
+    ) -> web.AppRunner:
         make_app = api.app
 
         def app() -> web.Application:
@@ -261,7 +264,7 @@ def recorded_requests() -> Iterator[list[Doc]]:
             return application
 
         setattr(api, "app", app)  # noqa: B010 (shadows the method on this instance only)
-        return await real_start(api, host, port)
+        return await real_start(api, host, port, config)
 
     rbs.server.cluster.start_http = start_http  # type: ignore[assignment]
     try:
