@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass
 
 # Helpers a lowered file calls; `compat.rbs` defines them.
@@ -287,7 +288,10 @@ def lower(text: str, *, reserved: frozenset[str] = frozenset(), add: bool = True
             if masked[i] != "\n":
                 masked[i] = " "
     try:
-        tree = ast.parse("".join(masked))
+        with warnings.catch_warnings():
+            # Starlark strings such as "\." are fine; Python would warn about them.
+            warnings.simplefilter("ignore")
+            tree = ast.parse("".join(masked))
     except (SyntaxError, ValueError):
         return text
     bindings = _load_bindings(text, spans)
