@@ -11,7 +11,14 @@ processes, as in a deployment; the client is the Python API in this process, or 
     submit-to-start latency on an idle cluster                <= 20 ms
     chain of 20 `--deps afterok` jobs, first submit to last   <= 0.4 s
 
-    .venv/bin/python bench/jobs.py [--job-slots 8] [--runs 3] [--durable]
+At scale (bench/jobs_scale.py, run after these unless --no-scale; --only-scale alone):
+
+    rbs job list against 100,000 jobs (and 3 smaller sizes)  < 0.5 s, with the slope
+    log ingest / log serve                                    >= 200,000 / 1,000,000 lines/s
+    bytes per 20-character log line                           <= 40 B
+    server RSS growth per pending job (100,000 jobs)          <= 2 KB
+
+    .venv/bin/python bench/jobs.py [--job-slots 8] [--runs 3] [--durable] [--no-scale]
 """
 
 from __future__ import annotations
@@ -189,7 +196,18 @@ def main() -> None:
         action="store_true",
         help="serve with [jobs] durable = true (an fsync per journal commit)",
     )
+    ap.add_argument("--no-scale", action="store_true", help="skip bench/jobs_scale.py")
+    ap.add_argument("--only-scale", action="store_true", help="run bench/jobs_scale.py only")
     args = ap.parse_args()
+    if not args.only_scale:
+        _small_cluster(args)
+    if not args.no_scale:
+        import jobs_scale  # bench/ is on sys.path: this script's folder
+
+        jobs_scale.main(["--runs", str(args.runs)])
+
+
+def _small_cluster(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rbs-bench-jobs-"))
     procs, address = start(tmp, args.job_slots, durable=args.durable)
     journal = "durable = true (fsync per commit)" if args.durable else "durable = false"
