@@ -218,6 +218,7 @@ def show(server: str | None, token_file: str | None, ids: tuple[str, ...], as_js
 @click.option("--queue", metavar="QUEUE", help="Only jobs in this queue.")
 @click.option("--user", metavar="USER", help="Only jobs this user submitted.")
 @click.option("--name", metavar="NAME", help="Only jobs of this name (a glob with * and ?).")
+@click.option("--parent", metavar="ID", help="Only jobs that job ID's runs submitted.")
 @click.option("--history", is_flag=True, help="Include finished jobs.")
 @click.option(
     "--sort",
@@ -242,6 +243,7 @@ def list_jobs(
     queue: str | None,
     user: str | None,
     name: str | None,
+    parent: str | None,
     history: bool,
     sort: str,
     order: str | None,
@@ -268,6 +270,7 @@ def list_jobs(
                     history=history,
                     user=user,
                     name=name,
+                    parent=parent,
                     sort=sort,
                     order=order,
                     limit=1000 if show_all else (limit or LIST_ROWS),

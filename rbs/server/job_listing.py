@@ -45,7 +45,9 @@ def job_filter(p: ListParams) -> JobFilter:
         states = frozenset(JobState)
     else:
         states = ACTIVE_STATES
-    return JobFilter(states=states, queue=p.queue, user=p.user, name=p.name, array=p.array)
+    return JobFilter(
+        states=states, queue=p.queue, user=p.user, name=p.name, array=p.array, parent=p.parent
+    )
 
 
 def encode_cursor(sort: str, descending: bool, key: PageKey) -> str:

@@ -119,13 +119,15 @@ def jobs_path(
     user: str | None = None,
     name: str | None = None,
     array: bool | None = None,
+    parent: str | None = None,
     sort: str | None = None,
     order: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
 ) -> str:
     """`GET /v1/jobs`: one page of the live jobs, or those in `states` (names, any case),
-    filtered by queue, user, name (a glob with `*`) and whether they are arrays, in
+    filtered by queue, user, name (a glob with `*`), whether they are arrays and the job
+    whose runs submitted them (`parent`), in
     `sort` order (`id`, `submit`, `state`, `priority`; `order` asc or desc), `limit` rows
     from `cursor` (the previous page's `next_cursor`). See `list_params`."""
     q: dict[str, str] = {}
@@ -135,7 +137,8 @@ def jobs_path(
         q["queue"] = queue
     if history:
         q["history"] = "1"
-    for key, value in (("user", user), ("name", name), ("sort", sort), ("order", order)):
+    named = (("user", user), ("name", name), ("parent", parent), ("sort", sort), ("order", order))
+    for key, value in named:
         if value:
             q[key] = value
     if array is not None:
@@ -288,6 +291,7 @@ class ListParams:
         "history",
         "limit",
         "name",
+        "parent",
         "queue",
         "sort",
         "states",
@@ -303,6 +307,7 @@ class ListParams:
         user: str | None = None,
         name: str | None = None,
         array: bool | None = None,
+        parent: int | None = None,
         sort: str = "id",
         descending: bool | None = None,
         limit: int = LIST_LIMIT,
@@ -314,6 +319,7 @@ class ListParams:
         self.user = user
         self.name = name
         self.array = array
+        self.parent = parent
         self.sort = sort
         self.descending = descending
         self.limit = limit
@@ -321,7 +327,7 @@ class ListParams:
 
 
 def list_params(query: Mapping[str, str]) -> ListParams:
-    """`GET /v1/jobs`'s whole query (`list_query`'s filters, plus user, name, array, sort,
+    """`GET /v1/jobs`'s whole query (`list_query`'s filters, plus user, name, array, parent, sort,
     order, limit and cursor); a bad value is an InvalidRequest naming it."""
     states, queue, history = list_query(query)
     sort = query.get("sort") or "id"
@@ -336,6 +342,11 @@ def list_params(query: Mapping[str, str]) -> ListParams:
     cursor = query.get("cursor") or None
     if cursor is not None and len(cursor) > _CURSOR_MAX:
         raise _invalid("cursor: not a cursor this server made (too long)")
+    parent = None
+    if query.get("parent"):
+        parent = _whole(query, "parent", 0)
+        if parent < 1:
+            raise _invalid(f"parent={parent}: want a job id")
     array_text = query.get("array")
     array = None
     if array_text is not None:
@@ -349,6 +360,7 @@ def list_params(query: Mapping[str, str]) -> ListParams:
         user=query.get("user") or None,
         name=query.get("name") or None,
         array=array,
+        parent=parent,
         sort=sort,
         descending=None if order is None else order == "desc",
         limit=limit,

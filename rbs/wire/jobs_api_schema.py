@@ -299,6 +299,7 @@ LIST_QUERY_SCHEMA = _document(
             "user": _STR,
             "name": _STR,
             "array": {"type": "string", "enum": ["1", "true", "0", "false"]},
+            "parent": _STR,
             "sort": {"type": "string", "enum": ["id", "submit", "state", "priority"]},
             "order": {"type": "string", "enum": ["asc", "desc"]},
             "limit": _STR,

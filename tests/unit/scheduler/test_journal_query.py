@@ -39,7 +39,8 @@ def journal(tmp_path_factory: pytest.TempPathFactory) -> Store:
             array=parse_array("0-2") if i % 17 == 0 else None,
             begin_time=None if i < 100 else 1e10,  # the last ones wait: never started
         )
-        store.step(sched, [Submit(manifest=m, user=f"u{i % 3}")], now + i)
+        parent = 2 if i in (30, 31, 77) else None  # jobs job 2's runs submitted
+        store.step(sched, [Submit(manifest=m, user=f"u{i % 3}", parent=parent)], now + i)
     out = store.step(sched, [worker_up("w1", cpus=2, slots=2)], now + 200)
     # Two runs start and end (COMPLETED, FAILED); a few jobs are cancelled.
     for k, st in enumerate(starts(out)):
@@ -116,6 +117,12 @@ def test_filters_match_queue_user_name_glob_and_arrays(journal: Store) -> None:
         assert [r[1] for r in _walk(journal, f, "id", False, 9)] == sorted(want), f
         assert journal.query().count(f) == len(want), f
     assert journal.query().count(JobFilter(states=ALL, user="nobody")) == 0
+    assert [r[1] for r in _walk(journal, JobFilter(states=ALL, parent=2), "id", False, 2)] == [
+        31,
+        32,
+        78,
+    ]
+    assert journal.query().count(JobFilter(states=ALL, parent=3)) == 0
     assert len(_walk(journal, JobFilter(states=ALL, array=False), "id", False, 50)) == 112
 
 
@@ -171,6 +178,8 @@ def test_the_default_listing_walks_the_active_index_without_sorting(journal: Sto
     assert "jobs_state" in plan and "TEMP B-TREE" not in plan, plan
     plan = _plan(journal, JobFilter(states=ALL, queue="gpu"), "id")
     assert "jobs_queue" in plan and "TEMP B-TREE" not in plan, plan
+    plan = _plan(journal, JobFilter(states=ALL, parent=2), "id")
+    assert "jobs_parent" in plan and "TEMP B-TREE" not in plan, plan
 
 
 def test_a_filter_names_a_state() -> None:
@@ -190,3 +199,4 @@ def test_an_old_journal_gains_the_indexes(tmp_path: Path) -> None:
     Store(path).close()
     names = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
     assert {"jobs_active", "jobs_queue", "jobs_name", "jobs_submit", "jobs_user"} <= names
+    assert "jobs_parent" in names

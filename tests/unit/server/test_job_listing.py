@@ -170,6 +170,8 @@ def test_cursors_are_opaque_and_tied_to_their_sort() -> None:
         ({"sort": "name"}, "sort='name': want one of id, submit, state, priority"),
         ({"order": "up"}, "order='up'"),
         ({"array": "maybe"}, "array='maybe'"),
+        ({"parent": "x"}, "parent='x': want a whole number"),
+        ({"parent": "0"}, "parent=0: want a job id"),
         ({"state": "DONE"}, "--state DONE: unknown state"),
         ({"cursor": "x" * 600}, "cursor"),
     ],
