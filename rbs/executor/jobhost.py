@@ -45,7 +45,7 @@ from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles
 from rbs.executor.cgroup_base import CgroupBackend
 from rbs.executor.jobfiles import RunDirs
-from rbs.executor.joblog import LogSink, LogSpool, line_of
+from rbs.executor.joblog import LogSink, LogSpool, LogSpoolError, line_of
 from rbs.executor.jobrun import (
     START_FAILED_EXIT,
     HostSetup,
@@ -333,8 +333,6 @@ class JobHost:
         if run.slot_wait is not None and not run.slot_wait.done():
             run.slot_wait.set_result(False)
 
-    # ------------------------------------------------------------------ slots
-
     async def _acquire(self, run: LeaseRun) -> bool:
         """Wait for a free job slot; False when the run was killed while waiting."""
         if self._free > 0 and not self._waiting:
@@ -454,10 +452,12 @@ class JobHost:
         shipper.on_lines(lines)
 
     def _sys(self, run: LeaseRun, text: str) -> None:
-        if run.spool is None or not run.spool.writable or run.shipper is None:
-            log.warning("lease %s: %s", run.lease_id, text)
-            return
-        self._on_lines(run, run.spool.append([(LogStream.SYS, text, True)]))
+        try:
+            if run.spool is None or not run.spool.writable or run.shipper is None:
+                raise LogSpoolError("no log to write to")
+            self._on_lines(run, run.spool.append([(LogStream.SYS, text, True)]))
+        except (OSError, LogSpoolError) as e:  # a full work dir: the report says it too
+            log.warning("lease %s: %s (not in its log: %s)", run.lease_id, text, e)
 
     def _drop_lapsed(self, run: LeaseRun) -> None:
         """Stopped by the supervisor when its lease lapsed: not reported, so not held in

@@ -155,12 +155,17 @@ class LogSpool:
     def append(
         self, entries: Iterable[tuple[LogStream, str, bool]], now: float | None = None
     ) -> list[LogLine]:
-        """Number, timestamp and durably hand to the OS a batch of (stream, text, eol)."""
+        """Number, timestamp and durably hand to the OS a batch of (stream, text, eol).
+
+        All or nothing: when the write fails (a full disk: OSError), the spool is as it
+        was, no seq is used up, and the caller may append the same batch again later.
+        """
         if not self.writable:
             raise LogSpoolError(f"log spool {self.path} is open for reading only")
         # Rounded as stored, so a line read back equals the line handed to the sink.
         t = round(time.time() if now is None else now, 6)
         with self._lock:
+            first = self._next
             lines = []
             for stream, text, eol in entries:
                 lines.append(LogLine(seq=self._next, time=t, stream=stream, text=text, eol=eol))
@@ -168,8 +173,18 @@ class LogSpool:
             if lines:
                 data = "".join(to_record(line) + "\n" for line in lines).encode()
                 view = memoryview(data)
-                while view:
-                    view = view[os.write(self._fd, view) :]
+                written = 0
+                try:
+                    while view:
+                        n = os.write(self._fd, view)
+                        written += n
+                        view = view[n:]
+                except OSError:
+                    self._next = first
+                    if written:  # a torn batch: cut it off again
+                        size = os.fstat(self._fd).st_size
+                        os.ftruncate(self._fd, size - written)
+                    raise
         return lines
 
     def read_from(self, seq: int, limit: int | None = None) -> list[LogLine]:

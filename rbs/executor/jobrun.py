@@ -13,6 +13,7 @@ with (`report`), from the supervisor's `Exited`.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -229,7 +230,12 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
                 f"SIGTERM, then SIGKILL {host.grace_s:g}s later"
             )
         spec = run_spec(run, job_spec(lease, manifest, dirs, host))
-    except (CasError, OSError, ValueError) as e:
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            where = f"the worker's work dir {dirs.root.parent.parent} is full"
+            return RunResult(problem=f"cannot prepare the job: {where} ({e})", function=fn)
+        return RunResult(problem=f"cannot prepare the job: {e}", function=fn)
+    except (CasError, ValueError) as e:
         return RunResult(problem=f"cannot prepare the job: {e}", function=fn)
     # The supervisor appends from here on; this side only reads until the run exits.
     spool.close()
@@ -275,7 +281,10 @@ def finish(run: LeaseRun, store: BlobStore, exited: Exited, sink: LogSink) -> Ru
             log.warning("lease %s: storing outputs failed: %s", run.lease_id, e)
             trees = CollectedTrees(notes=(f"storing the job's outputs failed: {e}",))
     if trees.notes:
-        sink(spool.append([(LogStream.SYS, text, True) for text in trees.notes]))
+        try:
+            sink(spool.append([(LogStream.SYS, text, True) for text in trees.notes]))
+        except OSError as e:  # a full work dir: the job's own lines are all in already
+            log.warning("lease %s: notes not logged (%s): %s", run.lease_id, e, trees.notes)
     return RunResult(outcome=outcome_of(exited), trees=trees, function=run.function)
 
 

@@ -198,6 +198,9 @@ class Supervisor:
                 run.pipe_closed()
             self._after(run)
 
+    def _watch(self, run: SupervisedRun, fd: int, what: str) -> None:
+        self.sel.register(fd, selectors.EVENT_READ, (run, what))
+
     def _unwatch(self, fd: int) -> None:
         """A run is about to close one of its fds."""
         with contextlib.suppress(KeyError, ValueError):
@@ -335,6 +338,7 @@ class Supervisor:
             backend=self.backend,
             hostname=self.hostname,
             emit=self._lines,
+            watch=self._watch,
             unwatch=self._unwatch,
         )
         self.runs[spec.lease_id] = run
@@ -348,10 +352,6 @@ class Supervisor:
         if run.pid is not None:
             self._send_lines(spec.lease_id)
             self._send(Started(lease_id=spec.lease_id, pid=run.pid, started_at=run.started_at or 0))
-            for fd in run.pipes:
-                self.sel.register(fd, selectors.EVENT_READ, (run, "pipe"))
-            if run.pidfd is not None:
-                self.sel.register(run.pidfd, selectors.EVENT_READ, (run, "pidfd"))
         self._after(run)
 
     def _lines(self, run: SupervisedRun, lines: list[LogLine]) -> None:

@@ -214,9 +214,30 @@ def _run_info(data: Mapping[str, Any]) -> RunInfo:
     return RunInfo(**d)
 
 
+_FIELDS: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _plain(value: Any) -> Any:
+    """A message's value as JSON types: shallow, unlike `dataclasses.asdict`, which
+    deep-copies every field (a cost per job here)."""
+    cls = type(value)
+    if cls in (str, int, float, bool) or value is None:
+        return value
+    names = _FIELDS.get(cls)
+    if names is None and dataclasses.is_dataclass(value):
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(value))
+    if names is not None:
+        return {n: _plain(getattr(value, n)) for n in names}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def encode(msg: Message) -> bytes:
     """One frame: length, then the message as JSON with its kind."""
-    body = {"kind": msg.kind, **dataclasses.asdict(msg)}
+    body = {"kind": msg.kind, **_plain(msg)}
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     return HEADER.pack(len(data)) + data
 

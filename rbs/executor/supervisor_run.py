@@ -13,6 +13,7 @@ cgroup. This is where a container, a pty, a uid or cpu pinning would be set up
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import resource
 import shlex
@@ -28,6 +29,7 @@ from rbs.executor.joblog import LineSplitter, LogSpool
 from rbs.executor.supervisor_proto import Exited, RunSpec
 from rbs.model import LogLine, LogStream
 
+RETRY_S = 0.5  # how often a run whose spool is full tries again
 SHIM = 'cd -- "$0" || exit 125; read -r _ || exit 125; exec </dev/null; exec "$@"'
 READ_CHUNK = 64 * 1024
 # Without a pidfd, how often to ask whether the job has exited.
@@ -36,6 +38,8 @@ POLL_FALLBACK_S = 0.05
 # job's process group and cgroup may still hold open.
 DRAIN_S = 2.0
 PGID_FILE = "pgid"  # in the run's folder: a fresh supervisor kills what it names
+
+log = logging.getLogger("rbs.executor.supervisor")
 
 Emit = Callable[["SupervisedRun", list[LogLine]], None]
 
@@ -50,9 +54,11 @@ class SupervisedRun:
         backend: CgroupBackend,
         hostname: str,
         emit: Emit,
+        watch: Callable[[SupervisedRun, int, str], None] = lambda run, fd, what: None,
         unwatch: Callable[[int], None] = lambda fd: None,
     ) -> None:
         self.spec = spec
+        self._watch = watch  # the loop polls this fd for this run ("pipe" or "pidfd")
         self._unwatch = unwatch  # called before an fd the loop polls is closed
         self.reported = False  # Exited sent to the daemon
         self._backend = backend
@@ -74,13 +80,66 @@ class SupervisedRun:
         self._start_mono = 0.0
         self._wait: tuple[int, resource.struct_rusage | None] | None = None
         self._held: list[tuple[LogStream, str, bool]] | None = []
+        # Lines the spool could not take (a full disk): held, and the pipes left unread
+        # (the job blocks writing) until `retry_at` finds room for them.
+        self._backlog: list[tuple[LogStream, str, bool]] = []
+        self._stalled_at = 0.0
+        self.retry_at: float | None = None
+        self._pending_exit: Exited | None = None
 
     # ---- log lines --------------------------------------------------------------
 
     def _emit(self, entries: list[tuple[LogStream, str, bool]]) -> None:
         if not entries or self.spool is None:
             return
-        self._emit_to(self, self.spool.append(entries))
+        if self._backlog:
+            self._backlog.extend(entries)
+            return
+        try:
+            lines = self.spool.append(entries)
+        except OSError as e:
+            self._backlog = list(entries)
+            self._stall(e)
+            return
+        self._emit_to(self, lines)
+
+    def _stall(self, error: OSError) -> None:
+        log.warning(
+            "run %s: cannot write its log (%s); holding its output back until there is room",
+            self.spec.lease_id,
+            error.strerror or error,
+        )
+        self._stalled_at = time.monotonic()
+        self.retry_at = self._stalled_at + RETRY_S
+        for fd in self.pipes:
+            self._unwatch(fd)
+
+    def _unstall(self, now: float) -> None:
+        """Room again? Spool the held lines, then read the pipes again."""
+        assert self.spool is not None
+        try:
+            lines = self.spool.append(self._backlog)
+        except OSError:
+            self.retry_at = now + RETRY_S
+            return
+        self._backlog, self.retry_at = [], None
+        self._emit_to(self, lines)
+        self._emit(
+            [
+                (
+                    LogStream.SYS,
+                    f"the worker's work dir was full: the job's output was held back for "
+                    f"{now - self._stalled_at:.1f}s (the job waited to write), none lost",
+                    True,
+                )
+            ]
+        )
+        if self._backlog:
+            return
+        for fd in self.pipes:
+            self._watch(self, fd, "pipe")
+        if self._pending_exit is not None:
+            self._finish(self._pending_exit)
 
     def _sys(self, text: str) -> None:
         if self._held is not None:
@@ -191,8 +250,10 @@ class SupervisedRun:
         for fd, stream in ((out_r, LogStream.OUT), (err_r, LogStream.ERR)):
             os.set_blocking(fd, False)
             self.pipes[fd] = (stream, LineSplitter(spec.max_line_chars))
+            self._watch(self, fd, "pipe")
         try:
             self.pidfd = os.pidfd_open(pid)
+            self._watch(self, self.pidfd, "pidfd")
         except OSError:
             self.poll_at = self._start_mono + POLL_FALLBACK_S  # kernels before 5.3
         with (
@@ -249,11 +310,14 @@ class SupervisedRun:
             self.cgroup.signal(sig)
 
     def next_wake(self) -> float | None:
-        times = [t for t in (self.kill_at, self.drain_until, self.poll_at) if t is not None]
-        return min(times) if times else None
+        times = (self.kill_at, self.drain_until, self.poll_at, self.retry_at)
+        wakes = [t for t in times if t is not None]
+        return min(wakes) if wakes else None
 
     def tick(self, now: float) -> None:
         """Act on the deadlines that have passed."""
+        if self.retry_at is not None and now >= self.retry_at:
+            self._unstall(now)
         if self.kill_at is not None and now >= self.kill_at:
             self.kill_at = None
             if self._wait is None:
@@ -317,7 +381,12 @@ class SupervisedRun:
 
     def pipe_closed(self) -> None:
         """A pipe reached its end after the exit: summarize once both have."""
-        if self._wait is not None and not self.pipes and self.exited is None:
+        if (
+            self._wait is not None
+            and not self.pipes
+            and self.exited is None
+            and self._pending_exit is None
+        ):
             self.drain_until = None
             self._summarize()
 
@@ -378,6 +447,10 @@ class SupervisedRun:
 
     def _finish(self, exited: Exited) -> None:
         self._release()
+        if self._backlog:  # every line is in the spool before the run is over
+            self._pending_exit = exited
+            return
+        self._pending_exit = None
         self.exited = exited
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(os.path.dirname(self.spec.spool), PGID_FILE))

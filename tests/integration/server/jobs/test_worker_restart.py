@@ -141,3 +141,34 @@ def _alive(pid: int) -> bool:
             return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
     except OSError:
         return False
+
+
+def test_a_killed_worker_not_restarted_is_requeued_once_never_alongside(tmp_path: Path) -> None:
+    # Loss is detected fast here (3 s): the lease (2 s) stops the orphaned run first.
+    cluster = JobCluster(tmp_path / "server", jobs=SchedulerConfig(heartbeat_timeout=3.0))
+    lock, overlaps, attempts = tmp_path / "lock", tmp_path / "overlaps", tmp_path / "attempts"
+    w1, _ = _worker(cluster, tmp_path)
+    try:
+        # Each attempt holds an exclusive lock for its whole life (released by the kernel
+        # when its last process dies): one that finds it held runs alongside another.
+        script = (
+            f'exec 9>{lock}; flock -n 9 || {{ echo "$RBS_ATTEMPT" >> {overlaps}; exit 1; }}; '
+            f'echo "$RBS_ATTEMPT" >> {attempts}; '
+            f'if [ "$RBS_ATTEMPT" = 1 ]; then exec sleep 60; fi; echo second run'
+        )
+        job = cluster.client().submit(["sh", "-c", script])
+        wait_for("attempt 1 to run", attempts.exists, timeout=60)
+        cluster.add_worker(tmp_path / "w2")
+        w1.kill()
+        w1.wait(30)
+        info = cluster.wait(job, timeout=90)
+        assert info.state == "COMPLETED", info.raw
+        assert info.raw["attempts"] == 2
+        assert attempts.read_text().split() == ["1", "2"]  # requeued once
+        assert not overlaps.exists()  # never two attempts alive at once
+        out = [(x.attempt, x.text) for x in cluster.client().logs(job) if x.stream == "out"]
+        assert out == [(2, "second run")]
+    finally:
+        stop_process(w1)
+        _stop_supervisor(tmp_path)
+        cluster.stop()

@@ -1,0 +1,139 @@
+"""The run supervisor as a process, through its socket: start, lines, kill, lease, list."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from rbs.executor.supervisor_client import SupervisorClient
+from rbs.executor.supervisor_proto import (
+    Exited,
+    Forget,
+    KillRun,
+    Lines,
+    Message,
+    Renew,
+    RunSpec,
+    Shutdown,
+    Started,
+    StartRun,
+)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.got: list[Message] = []
+        self.lost = False
+
+    def exited(self, lease: str) -> Exited | None:
+        return next((m for m in self.got if isinstance(m, Exited) and m.lease_id == lease), None)
+
+    def lines(self, lease: str) -> list[tuple[int, str, str]]:
+        return [
+            (int(r["seq"]), str(r["s"]), str(r["text"]))
+            for m in self.got
+            if isinstance(m, Lines) and m.lease_id == lease
+            for r in m.records
+        ]
+
+
+def _spec(tmp: Path, lease: str, script: str, **kw: Any) -> RunSpec:
+    run = tmp / "jobs" / lease
+    (run / "work").mkdir(parents=True)
+    return RunSpec(
+        lease_id=lease,
+        argv=("sh", "-c", script),
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=str(run / "work"),
+        spool=str(run / "log.jsonl"),
+        key=lease,
+        grace_s=kw.pop("grace_s", 5.0),
+        **kw,
+    )
+
+
+async def _until(what: str, check: Callable[[], object], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def _run(
+    main: Callable[[SupervisorClient, Events, Path], Coroutine[Any, Any, None]], tmp: Path
+) -> None:
+    async def go() -> None:
+        events = Events()
+        client = SupervisorClient(
+            tmp,
+            cgroups="none",
+            scope="test",
+            hostname="test-host",
+            on_event=events.got.append,
+            on_lost=lambda: setattr(events, "lost", True),
+        )
+        assert await client.connect() is False  # none ran: a fresh one
+        try:
+            await main(client, events, tmp)
+        finally:
+            client.send(Shutdown())
+            client.close()
+
+    asyncio.run(asyncio.wait_for(go(), 90))
+
+
+def test_a_run_starts_logs_and_exits(tmp_path: Path) -> None:
+    async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
+        client.send(StartRun(spec=_spec(tmp, "1.1.0", "echo out; echo err >&2; exit 3")))
+        await _until("the exit", lambda: events.exited("1.1.0"))
+        exited = events.exited("1.1.0")
+        assert exited is not None and (exited.state, exited.exit_code) == ("FAILED", 3)
+        assert any(isinstance(m, Started) and m.lease_id == "1.1.0" for m in events.got)
+        lines = events.lines("1.1.0")
+        assert [s for _, s, t in lines if t in ("out", "err")] == ["out", "err"]
+        assert [q for q, _, _ in lines] == list(range(1, len(lines) + 1))
+        # The spool holds exactly what was sent.
+        spooled = (tmp / "jobs/1.1.0/log.jsonl").read_text().splitlines()
+        assert len(spooled) == len(lines)
+        # Kept until forgotten, listed meanwhile.
+        runs = (await client.list_runs()).runs
+        assert [(r.spec.lease_id, r.exited) for r in runs] == [("1.1.0", exited)]
+        client.send(Forget(lease_id="1.1.0"))
+        assert (await client.list_runs()).runs == ()
+
+    _run(main, tmp_path)
+
+
+def test_kill_and_a_lapsed_lease_stop_runs(tmp_path: Path) -> None:
+    async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
+        trap = 'trap "echo term; exit 1" TERM; sleep 60 & wait'
+        client.send(StartRun(spec=_spec(tmp, "2.1.0", trap)))
+        await _until("the start", lambda: any(isinstance(m, Started) for m in events.got))
+        client.send(KillRun(lease_id="2.1.0", reason="cancel", message="cancelled (scheduler)"))
+        await _until("the killed run's exit", lambda: events.exited("2.1.0"))
+        killed = events.exited("2.1.0")
+        assert killed is not None and (killed.state, killed.kill_reason) == ("CANCELLED", "cancel")
+        assert "term" in [t for _, _, t in events.lines("2.1.0")]
+        # A lease already past: the run is stopped and marked lapsed.
+        client.send(Renew(until=time.monotonic() + 0.5, grace_s=0.5))
+        client.send(StartRun(spec=_spec(tmp, "3.1.0", "exec sleep 60")))
+        await _until("the lapsed run's exit", lambda: events.exited("3.1.0"))
+        lapsed = events.exited("3.1.0")
+        assert lapsed is not None and lapsed.lapsed and lapsed.signal == 15
+
+    _run(main, tmp_path)
+
+
+def test_a_spec_asking_for_what_is_not_built_is_refused(tmp_path: Path) -> None:
+    async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
+        client.send(StartRun(spec=_spec(tmp, "4.1.0", "true", uid=1000)))
+        await _until("the refusal", lambda: events.exited("4.1.0"))
+        refused = events.exited("4.1.0")
+        assert refused is not None and refused.state == "FAILED"
+        assert refused.error is not None and "does not support uid" in refused.error
+
+    _run(main, tmp_path)
