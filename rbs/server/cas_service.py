@@ -168,10 +168,9 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
                 "with ByteStream Write"
             )
         items = list(request.requests)
-        if total <= _INLINE_BYTES and len(items) <= 1:
-            statuses = self._update_all(items, fn)
-        else:
-            statuses = await asyncio.to_thread(self._update_all, items, fn)
+        # Always in a thread, however small: a durable store syncs every batch (syncfs,
+        # ms under load), which on the event loop stalled every other call.
+        statuses = await asyncio.to_thread(self._update_all, items, fn)
         return re_pb2.BatchUpdateBlobsResponse(
             responses=[
                 re_pb2.BatchUpdateBlobsResponse.Response(digest=item.digest, status=status)
