@@ -11,6 +11,8 @@ flags override the file:
     tokens_file = "/etc/rbs/tokens.toml"  # users, roles and token hashes; SIGHUP reloads it
     instance_names = ["ci"]     # REAPI instance names accepted besides the default ""
     digest_functions = ["sha256", "blake3"]  # what Capabilities offers and requests may use
+    tls_cert = "/etc/rbs/server.pem"  # TLS on both ports, with tls_key (rbs.server.tls)
+    tls_key = "/etc/rbs/server.key"
 
     [cas]
     max_size = "50Gi"           # evict least recently used blobs above this (sizes: rbs.units)
@@ -27,6 +29,12 @@ flags override the file:
       { name = "batch" },
       { name = "gpu", priority_weight = 100, default_time = "1h", max_time = "1d" },
     ]
+
+    [http]                      # the jobs API's caps and timeouts (rbs.server.edge_config)
+    max_connections_per_client = 256
+
+    [grpc]                      # gRPC's per-connection limits and keepalive
+    max_concurrent_streams = 256
 
 Unknown tables and keys are errors (a typo must not silently fall back to a default).
 New concerns add a table: a dataclass here, a field on `Config`, and a line in
