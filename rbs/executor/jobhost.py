@@ -142,8 +142,7 @@ class JobHost:
         self._starts = StartReports(send)
         self._acked: dict[str, int] = {}  # log acks the supervisor has not been told of
         self._lease = (0.0, 0.0)  # until, grace: the last renewal
-        # Pooled threads: a thread started per job costs the loop a handshake with it,
-        # which a busy host makes slow. Only preparing and collecting outputs use them.
+        # Pooled, for inputs and outputs only: a job with neither needs no thread at all.
         self._threads = ThreadPoolExecutor(slots + 2, thread_name_prefix="rbs-job")
 
     # ------------------------------------------------------------------ the supervisor
@@ -300,8 +299,6 @@ class JobHost:
         self.supervisor.close()
         self._threads.shutdown(wait=False)
 
-    # ------------------------------------------------------------------ leases and kills
-
     def _accept(self, lease: JobLeaseInfo) -> None:
         if lease.lease_id in self._runs:
             log.info("lease %s is already here; ignoring the repeat", lease.lease_id)
@@ -362,9 +359,12 @@ class JobHost:
         loop = asyncio.get_running_loop()
         try:
             run.has_slot = await self._acquire(run)
-            prepared = await loop.run_in_executor(
-                self._threads, prepare, run, self.setup, self._sink(run)
-            )
+            if run.lease.input_root is None and run.lease.checkpoint is None:
+                prepared = prepare(run, self.setup, self._sink(run, direct=True))  # mkdirs
+            else:
+                prepared = await loop.run_in_executor(
+                    self._threads, prepare, run, self.setup, self._sink(run)
+                )
             if isinstance(prepared, RunResult):
                 result = prepared
             elif run.kill is not None or self._stopping:

@@ -256,11 +256,12 @@ class SupervisedRun:
             self._watch(self, self.pidfd, "pidfd")
         except OSError:
             self.poll_at = self._start_mono + POLL_FALLBACK_S  # kernels before 5.3
-        with (
-            contextlib.suppress(OSError),
-            open(os.path.join(os.path.dirname(spec.spool), PGID_FILE), "w") as f,
-        ):
-            f.write(str(pid))
+        if isinstance(self.cgroup, NullCgroup):  # a cgroup is swept whole, without it
+            with (
+                contextlib.suppress(OSError),
+                open(os.path.join(os.path.dirname(spec.spool), PGID_FILE), "w") as f,
+            ):
+                f.write(str(pid))
         return None
 
     def _fail(self, error: str) -> None:
@@ -452,8 +453,9 @@ class SupervisedRun:
             return
         self._pending_exit = None
         self.exited = exited
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(os.path.dirname(self.spec.spool), PGID_FILE))
+        if isinstance(self.cgroup, NullCgroup):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(os.path.dirname(self.spec.spool), PGID_FILE))
         if self.spool is not None:
             self.spool.close()
 
