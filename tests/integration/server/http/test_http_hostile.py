@@ -191,3 +191,25 @@ def test_a_server_bug_is_a_json_500_and_the_server_goes_on(
         assert get(c.port + 1, "/v1/status")[0] == 200
     finally:
         c.stop()
+
+
+def test_a_stalled_blob_upload_is_cut_off_with_408_and_nothing_is_stored(
+    cluster: JobCluster,
+) -> None:
+    from rbs.model import Digest
+    from rbs.wire.jobs_api_requests import blob_path
+
+    port = cluster.port + 1
+    data = b"y" * 100
+    d = Digest.of(data)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(
+            f"PUT {blob_path(d)} HTTP/1.1\r\nHost: x\r\nContent-Length: {d.size}\r\n\r\n".encode()
+            + data[:10]
+        )
+        assert get(port, "/v1/status")[0] == 200
+        answer = read_all(s)
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b"stalled" in answer
+    assert cluster.server is not None
+    assert not cluster.server.parts.store.contains(d)
