@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import os
 import secrets
@@ -149,7 +150,11 @@ def add_token(path: Path, user: str, role: str) -> str:
     if path.exists():
         load_tokens_file(path)  # never append to a file that does not load
     token = "rbs_" + secrets.token_urlsafe(32)
-    entry = f'\n[[token]]\nuser = "{user}"\nrole = "{role}"\nsha256 = "{hash_token(token)}"\n'
+    # JSON's string escapes are TOML's basic-string escapes, for a user with a quote in it.
+    entry = (
+        f"\n[[token]]\nuser = {json.dumps(user)}\nrole = {json.dumps(role)}\n"
+        f'sha256 = "{hash_token(token)}"\n'
+    )
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     with os.fdopen(fd, "a") as f:
         f.write(entry)

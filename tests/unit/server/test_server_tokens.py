@@ -231,3 +231,11 @@ def test_the_tokens_file_is_a_server_config_key(tmp_path: Path) -> None:
 
     config = config_from_dict({"server": {"tokens_file": str(tmp_path / "t.toml")}})
     assert config.server.tokens_file == tmp_path / "t.toml"
+
+
+def test_a_user_name_with_a_quote_is_written_as_toml(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.toml"
+    token = add_token(path, 'o"neil\\x', "user")
+    assert ServerAuth(data_dir=tmp_path, tokens_file=path).authenticate(token, None).user == (
+        'o"neil\\x'
+    )
