@@ -7,7 +7,7 @@ from collections import Counter
 
 from rbs.model import JobState
 from rbs.scheduler.policy import breakdown
-from rbs.scheduler.state import InvariantError, SchedState
+from rbs.scheduler.state import InvariantError, Run, SchedState
 
 
 def check_invariants(st: SchedState) -> None:
@@ -97,6 +97,20 @@ def check_indexes(st: SchedState) -> None:
         and all(st.releases.time_of(k) == t for k, t in want.items()),
         "the release calendar differs from the runs' deadlines",
     )
+    drains = sorted(
+        (max(w.ends.values()), w.seq)
+        for w in st.workers.values()
+        if w.ends and max(w.ends.values()) != math.inf
+    )
+    _require(st.drains.keys() == drains, "the drain index differs from the workers' deadlines")
+    for w in st.workers.values():
+        _require(set(w.ends) == set(w.allocs), f"worker {w.worker_id}: release times differ")
+        for key, t in w.ends.items():
+            run = _run_of(st, key)
+            _require(
+                run is not None and st.release_time(run) == t,
+                f"worker {w.worker_id}: allocation {key} has a stale release time",
+            )
     unfinished = sum(1 for j in st.jobs.values() if not j.state.terminal)
     _require(
         st.unfinished == unfinished, f"{st.unfinished} unfinished jobs counted, {unfinished} exist"
@@ -115,3 +129,11 @@ def check_indexes(st: SchedState) -> None:
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise InvariantError(message)
+
+
+def _run_of(st: SchedState, key: tuple[int, int | None, int, int]) -> Run | None:
+    job = st.jobs.get(key[0])
+    run = job.runs.get(job.raw_of(key[1])) if job is not None else None
+    if run is not None and run.attempt == key[2]:
+        return run
+    return st.draining.get((key[0], key[1], key[2]))

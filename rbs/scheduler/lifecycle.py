@@ -66,12 +66,30 @@ def is_ready(job: Job) -> bool:
     return throttle is None or len(job.runs) < throttle
 
 
+def could_start(st: SchedState, job: Job) -> bool:
+    """Whether enough workers have room for one task of the job now, reservations aside."""
+    lo = job.manifest.node_range[0]
+    fitting = enumerate(st.free.fitting(job.manifest.resources), 1)
+    return any(found >= lo for found, _ in fitting)
+
+
 def sync_ready(st: SchedState, job: Job) -> None:
     """Keep the ready queue holding exactly the ready jobs (`is_ready`)."""
     if is_ready(job):
         if job.id not in st.ready:
             st.ready.add(job)
-            st.need_pass = True
+            # A job no worker has room for now, reservations aside, cannot start in a
+            # pass run for it, nor let anything else start (capacity did not grow): the
+            # next change that frees resources runs the pass it waits for.
+            if could_start(st, job):
+                st.need_pass = True
+            elif job.state is JobState.PENDING and not st.need_pass:
+                # What that pass would have said of it.
+                lo = job.manifest.node_range[0]
+                enough = st.capable_count(job.manifest.resources) >= lo
+                st.set_state(job, job.state, "Resources" if enough else "ReqNodeNotAvail")
+                job.eval_pass = st.pass_no
+                return
             if job.state is JobState.PENDING and job.reason in (None, "Dependency", "BeginTime"):
                 st.set_state(job, job.state, "Priority")
     else:

@@ -31,6 +31,8 @@ from rbs.scheduler.state import Job, SchedState
 from rbs.scheduler.workers import WorkerCapacity
 
 INF = math.inf
+# Release-calendar entries one reservation may walk before it asks the drain index.
+WALK_BUDGET = 64
 
 
 def schedule(st: SchedState) -> None:
@@ -54,19 +56,33 @@ class Pass:
         self.blocked: dict[Shape, str] = {}
         self.closed: set[Shape] = set()
         self.unreservable: set[tuple[Resources, int]] = set()
+        # Single-node requests (cpu, memory, GPUs) that no worker has free, reservations
+        # or not: any request at least as big cannot be placed for the rest of the pass,
+        # whatever its time limit. Distinct requests are few; shapes (with limits) many.
+        self.no_room: set[tuple[int, int, int]] = set()
+        self.no_room_min: list[tuple[int, int, int]] = []
+        self.nothing_fits = False
+        self.failed_min: list[tuple[Shape, str]] = []
 
     def run(self) -> None:
         st = self.st
+        work = st.work
         failures = 0
+        depth = st.config.pass_depth
         walk = st.ready.walk(self.closed)
         try:
             for job, first in walk:
                 if first:
-                    st.work.shapes_examined += 1
-                st.work.jobs_examined += 1
+                    work.shapes_examined += 1
+                work.jobs_examined += 1
                 job.eval_pass = st.pass_no
                 allocated = len(self.reserved), st.pass_starts
-                reason = self.fill(job)
+                # Most jobs a busy pass meets are at least as big as one that failed.
+                reason = self._known_to_fail(job.shape) if self.failed_min else None
+                if reason is not None:
+                    self.blocked[job.shape] = reason
+                else:
+                    reason = self.fill(job)
                 if reason is None or reason == "JobArrayTaskLimit":
                     if job.reason != reason and reason is not None:
                         st.set_state(job, job.state, reason)
@@ -78,7 +94,7 @@ class Pass:
                 if job.reason != reason:
                     st.set_state(job, job.state, reason)
                 failures += 1
-                if failures >= st.config.pass_depth or not len(st.free):
+                if failures >= depth or self.nothing_fits or not len(st.free):
                     break
                 if allocated != (len(self.reserved), st.pass_starts) and not self.room_left():
                     break
@@ -91,30 +107,81 @@ class Pass:
         """Start as many of the job's tasks as fit; the pending reason for the rest, if any."""
         st = self.st
         throttle = job.manifest.array.throttle if job.manifest.array is not None else None
+        res = job.manifest.resources
+        single = job.manifest.node_range[1] == 1
+        req = (res.cpu_millis, res.memory_bytes, res.gpus)
         while job.pool.pending:
             if throttle is not None and len(job.runs) >= throttle:
                 return "JobArrayTaskLimit"
+            why = self._known_to_fail(job.shape)
+            if why is not None:
+                if st.capable_count(res) < job.manifest.node_range[0]:
+                    why = "ReqNodeNotAvail"
+                self.blocked[job.shape] = why
+                return why
             placement = place(st, job, self.reserved)
             if placement is None:
-                return self.fail(job)
+                room = bool(self.reserved) and place(st, job, {}) is not None
+                if single and not room:
+                    self.no_room.add(req)
+                    self.no_room_min.append(req)
+                why = self.fail(job, room)
+                self.failed_min.append((job.shape, why))
+                self.nothing_fits = self._all_fail()
+                return why
             start_run(st, job, placement)
         return None
 
-    def fail(self, job: Job) -> str:
-        """Record that the job's shape cannot start now, for the rest of the pass."""
-        why = self.diagnose(job)
-        self.blocked[job.shape] = why
-        return why
+    def _known_to_fail(self, shape: Shape) -> str | None:
+        """The reason a shape cannot start, if that follows from failures earlier in the pass.
 
-    def diagnose(self, job: Job) -> str:
+        Capacity only shrinks and reservations only grow during a pass, so a shape at
+        least as big as one that failed (cpu, memory, GPUs, nodes, time limit) fails
+        too, and so does a request no worker has free, whatever its time limit.
+        """
+        if self._no_room((shape[0], shape[1], shape[2])):
+            return "Resources"
+        for f, why in self.failed_min:
+            if (
+                f[0] <= shape[0]
+                and f[1] <= shape[1]
+                and f[2] <= shape[2]
+                and f[3] <= shape[3]
+                and f[4] <= shape[4]
+            ):
+                return why
+        return None
+
+    def _all_fail(self) -> bool:
+        """Whether nothing left in the queue can start (checked while the queue holds few
+        distinct shapes; beyond, `pass_depth` bounds the pass)."""
+        shapes = self.st.ready.shape_counts
+        return len(shapes) <= 256 and all(self._known_to_fail(s) is not None for s in shapes)
+
+    def _no_room(self, req: tuple[int, int, int]) -> bool:
+        if req in self.no_room:
+            return True
+        cpu, mem, gpus = req
+        for c, m, g in self.no_room_min:
+            if c <= cpu and m <= mem and g <= gpus:
+                self.no_room.add(req)
+                return True
+        return False
+
+    def fail(self, job: Job, room: bool) -> str:
+        """Record that the job's shape cannot start now, for the rest of the pass.
+
+        `room`: it would fit, but only on resources promised to a job ahead of it.
+        """
         st = self.st
         res = job.manifest.resources
         lo = job.manifest.node_range[0]
         if st.capable_count(res) < lo:
-            return "ReqNodeNotAvail"  # the workers that could run it are down or absent
-        if self.reserved and place(st, job, {}) is not None:
-            return "Priority"  # it would fit, but on resources promised to a job ahead of it
-        return "Resources"
+            why = "ReqNodeNotAvail"  # the workers that could run it are down or absent
+        else:
+            why = "Priority" if room else "Resources"
+        self.blocked[job.shape] = why
+        return why
 
     def reserve(self, job: Job) -> bool:
         """Promise the workers where the job fits soonest to it, as of that time.
@@ -141,6 +208,18 @@ class Pass:
         if len(chosen) < lo:
             self._walk_releases(res, lo, chosen, taken)
         if len(chosen) < lo:
+            # The walk stopped at its budget: take the workers that drain first.
+            for drain, w in st.drains.earliest():
+                st.work.workers_examined += 1
+                wid = w.worker_id
+                if wid in taken or wid in self.reserved:
+                    continue
+                if w.alive and w.reachable and w.could_ever_fit(res):
+                    chosen.append((max(drain, st.now), wid))
+                    taken.add(wid)
+                    if len(chosen) >= lo:
+                        break
+        if len(chosen) < lo:
             eligible = st.capable_count(res) - sum(
                 1 for wid in self.reserved if st.workers[wid].could_ever_fit(res)
             )
@@ -161,21 +240,29 @@ class Pass:
         acc: dict[str, list[int]] = {}
         group: list[str] = []
         group_time = -INF
+        now, workers, reserved = st.now, st.workers, self.reserved
+        visited = 0
         for time, run in st.releases.walk():
-            at = st.now if time == STOPPING or time < st.now else time
+            at = now if time == STOPPING or time < now else time
             if at != group_time:
                 if group:
                     chosen.extend((group_time, wid) for wid in sorted(group))
                     group = []
                     if len(chosen) >= lo:
-                        return
+                        break
                 group_time = at
-            for node in run.live_nodes:
-                work.allocations_visited += 1
-                wid = node.worker_id
-                if wid in taken or wid in self.reserved:
+            if visited >= WALK_BUDGET:
+                # Far enough: keep what was found, the drain index answers for the rest.
+                chosen.extend((group_time, wid) for wid in sorted(group))
+                break
+            for node in run.nodes:
+                if node.exited:
                     continue
-                w = st.workers[wid]
+                visited += 1
+                wid = node.worker_id
+                if wid in taken or wid in reserved:
+                    continue
+                w = workers[wid]
                 if not (w.alive and w.reachable and w.could_ever_fit(res)):
                     continue
                 free = acc.get(wid)
@@ -193,7 +280,9 @@ class Pass:
                 ):
                     taken.add(wid)
                     group.append(wid)
-        chosen.extend((group_time, wid) for wid in sorted(group))
+        else:
+            chosen.extend((group_time, wid) for wid in sorted(group))
+        work.allocations_visited += visited
 
     def room_left(self) -> bool:
         """Whether any later job could still start: a free slot unreserved or open to backfill."""

@@ -51,6 +51,9 @@ class ReadyQueue(Generic[J]):
         self._steps: list[int] = []
         self._walking = False
         self._deferred: list[_Entry[J]] = []
+        # How many queued jobs have each task shape: what lets a pass see that nothing
+        # left in the queue can start.
+        self.shape_counts: dict[Shape, int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -62,11 +65,6 @@ class ReadyQueue(Generic[J]):
     def epoch(self) -> int:
         """The age step the queue's order is as of."""
         return self._epoch
-
-    @property
-    def shapes(self) -> int:
-        """How many distinct task shapes the queue holds (streams of either kind)."""
-        return len(set(self._streams[0]) | set(self._streams[1]))
 
     def _weight(self, job: J) -> int:
         queue = self._config.queue(job.manifest.queue)
@@ -90,6 +88,7 @@ class ReadyQueue(Generic[J]):
                 heapq.heappush(self._steps, step)
             bucket.append(job)
         self._entries[job.id] = entry
+        self.shape_counts[job.shape] = self.shape_counts.get(job.shape, 0) + 1
         if self._walking:
             self._deferred.append(entry)
         else:
@@ -99,6 +98,11 @@ class ReadyQueue(Generic[J]):
         entry = self._entries.pop(job_id, None)
         if entry is None:
             return
+        shape = entry[4].shape
+        if self.shape_counts[shape] == 1:
+            del self.shape_counts[shape]
+        else:
+            self.shape_counts[shape] -= 1
         if self._walking:
             self._deferred.append(entry)
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from rbs.model import JobManifest
@@ -75,13 +75,14 @@ class Simulator:
         self.now = 0.0
         self.stats = SimStats()
         self.on_instructions: Callable[[list[Instruction], float], None] | None = None
-        self._heap: list[tuple[float, int, Event | _Crash]] = []
+        self._heap: list[tuple[float, int, Event | _Crash | _Arrival]] = []
         self._real = 0  # events in the heap other than Tick and Heartbeat
         self._seq = itertools.count()
         self._running: dict[tuple[int, int | None, int, int], str] = {}  # node -> worker
         self._dead: set[str] = set()
+        self._arrivals: Iterator[tuple[float, JobManifest]] | None = None
 
-    def at(self, time: float, event: Event | _Crash) -> None:
+    def at(self, time: float, event: Event | _Crash | _Arrival) -> None:
         if not isinstance(event, Tick | Heartbeat):
             self._real += 1
         heapq.heappush(self._heap, (time, next(self._seq), event))
@@ -93,6 +94,20 @@ class Simulator:
 
     def submit(self, manifest: JobManifest, time: float = 0.0) -> None:
         self.at(time, Submit(manifest=manifest))
+
+    def feed(self, arrivals: Iterator[tuple[float, JobManifest]]) -> None:
+        """Submit (time, manifest) pairs in time order, pulled one at a time as the clock
+        reaches them, so a million-job workload never sits in memory all at once."""
+        self._arrivals = arrivals
+        self._pull()
+
+    def _pull(self) -> None:
+        if self._arrivals is None:
+            return
+        for time, manifest in self._arrivals:
+            self.at(time, _Arrival(manifest=manifest))
+            return
+        self._arrivals = None
 
     def fail_worker(self, worker_id: str, time: float, *, announce: bool = True) -> None:
         """Kill a worker at `time`; announced as WorkerDown, or left to heartbeat loss."""
@@ -112,6 +127,9 @@ class Simulator:
                 ev = heapq.heappop(self._heap)[2]
                 if not isinstance(ev, Tick | Heartbeat):
                     self._real -= 1
+                if isinstance(ev, _Arrival):
+                    self._pull()
+                    ev = Submit(manifest=ev.manifest)
                 if isinstance(ev, _Crash):
                     self._crash(ev)
                     if not ev.announce:
@@ -189,6 +207,11 @@ class Simulator:
         for key, wid in list(self._running.items()):
             if wid == ev.worker_id:
                 del self._running[key]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Arrival:
+    manifest: JobManifest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,7 +27,7 @@ from rbs.scheduler.instructions import (
 from rbs.scheduler.policy import Shape, compute_shape
 from rbs.scheduler.ready import ReadyQueue
 from rbs.scheduler.releases import STOPPING, ReleaseCalendar
-from rbs.scheduler.workers import FreeIndex, NodeKey, Work, WorkerCapacity
+from rbs.scheduler.workers import DrainIndex, FreeIndex, NodeKey, Work, WorkerCapacity
 
 RunKey = tuple[int, int | None, int]  # job id, index, attempt
 
@@ -277,6 +277,7 @@ class SchedState:
         self.workers: dict[str, WorkerCapacity] = {}
         self.work = Work()
         self.free = FreeIndex(self.work)  # workers with a free slot, in best-fit order
+        self.drains = DrainIndex()  # busy workers by when they are empty at the latest
         self.releases: ReleaseCalendar[Run] = ReleaseCalendar()
         # Heartbeat deadlines: (last seen when filed, worker id), one entry per live worker.
         self.silence: list[tuple[float, str]] = []
@@ -310,7 +311,9 @@ class SchedState:
         worker.seq = len(self.workers)
         self.workers[worker.worker_id] = worker
         worker.index = self.free
+        worker.drains = self.drains
         self.free.update(worker)
+        self.drains.update(worker)
         self.count_worker(worker, 1, known=True)
         self.watch(worker)
 
@@ -451,7 +454,15 @@ class SchedState:
 
     def sync_release(self, run: Run) -> None:
         """Re-file a run in the release calendar after its deadline, ending or nodes changed."""
-        if run.live_nodes:
-            self.releases.file(run.key, run, self.release_time(run))
+        time = self.release_time(run)
+        live = False
+        for node in run.nodes:
+            if not node.exited:
+                live = True
+                worker = self.workers.get(node.worker_id)
+                if worker is not None:
+                    worker.set_end(run.node_key(node.rank), time)
+        if live:
+            self.releases.file(run.key, run, time)
         else:
             self.releases.drop(run.key)

@@ -8,6 +8,7 @@ there whenever its free amounts or its liveness change.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from sortedcontainers import SortedList
@@ -79,6 +80,8 @@ class FreeIndex:
         """Workers where `res` fits now, best fit first; stop early for cost O(log W + walked)."""
         need_gpus, cpu, mem = res.gpus, res.cpu_millis, res.memory_bytes
         work, keys, by_seq = self.work, self._keys, self._by_seq
+        if not keys or keys[-1] < (need_gpus, cpu):
+            return  # not even the worker with the most free GPUs and cpu has enough
         level = need_gpus
         while True:
             jump = None
@@ -99,6 +102,44 @@ class FreeIndex:
         return list(self._keys)
 
 
+class DrainIndex:
+    """Workers by the time all they run has ended at the latest (by time limits).
+
+    What a reservation falls back to when the release calendar would have to be walked
+    far (a whole-node request on nodes full of small jobs): the earliest-draining
+    eligible workers, in O(log W + skipped). A drained worker holds anything it could
+    ever hold, so the promise is kept, if later than the best one.
+    """
+
+    def __init__(self) -> None:
+        self._keys: SortedList = SortedList()  # (drain time, worker seq)
+        self._by_seq: dict[int, WorkerCapacity] = {}
+
+    def update(self, w: WorkerCapacity) -> None:
+        new = None
+        if w.ends:
+            drain = max(w.ends.values())
+            if drain != math.inf:
+                new = (drain, w.seq)
+        if new == w.dkey:
+            return
+        if w.dkey is not None:
+            self._keys.remove(w.dkey)
+        if new is None:
+            self._by_seq.pop(w.seq, None)
+        else:
+            self._keys.add(new)
+            self._by_seq[w.seq] = w
+        w.dkey = new
+
+    def earliest(self) -> Iterator[tuple[float, WorkerCapacity]]:
+        for drain, seq in self._keys:
+            yield drain, self._by_seq[seq]
+
+    def keys(self) -> list[tuple[float, int]]:
+        return list(self._keys)
+
+
 class WorkerCapacity:
     """One worker's capacity and what is allocated on it, node by node."""
 
@@ -108,6 +149,9 @@ class WorkerCapacity:
         "address",
         "allocs",
         "cpu_millis",
+        "dkey",
+        "drains",
+        "ends",
         "free_cpu",
         "free_gpus",
         "free_mem",
@@ -132,6 +176,9 @@ class WorkerCapacity:
         self.last_seen = now
         self.index: FreeIndex | None = None  # set by the scheduler state that files it
         self.ikey: _FreeKey | None = None
+        self.drains: DrainIndex | None = None
+        self.dkey: tuple[float, int] | None = None
+        self.ends: dict[NodeKey, float] = {}  # allocation -> its release time
         self.seq = 0
         # Not journaled: whether the server can reach the worker now. A worker whose
         # stream broke keeps its runs until `heartbeat_timeout` (their lease may outlive
@@ -250,6 +297,9 @@ class WorkerCapacity:
         if key in self.allocs:
             raise AssertionError(f"node {key} allocated twice on {self.worker_id}")
         self.allocs[key] = node
+        self.ends[key] = math.inf  # until the run files its deadline (set_end)
+        if self.drains is not None:
+            self.drains.update(self)
         self.free_cpu -= node.cpu_millis
         self.free_mem -= node.memory_bytes
         self.free_slots -= 1
@@ -264,6 +314,9 @@ class WorkerCapacity:
         node = self.allocs.pop(key, None)
         if node is None:
             return None
+        del self.ends[key]
+        if self.drains is not None:
+            self.drains.update(self)
         self.free_cpu += node.cpu_millis
         self.free_mem += node.memory_bytes
         self.free_slots += 1
@@ -275,6 +328,13 @@ class WorkerCapacity:
             self.used_ports.discard(node.master_port)
         self._refile()
         return node
+
+    def set_end(self, key: NodeKey, time: float) -> None:
+        """When allocation `key` is released at the latest (its run's deadline)."""
+        if key in self.ends and self.ends[key] != time:
+            self.ends[key] = time
+            if self.drains is not None:
+                self.drains.update(self)
 
     def size_text(self) -> str:
         from rbs.units import format_cpu, format_size
