@@ -64,6 +64,22 @@ SKYLIB_MODULES = {
     "@bazel_skylib//rules:common_settings.bzl": "@rbs//skylib/common_settings.rbs",
     "@bazel_skylib//lib:selects.bzl": "@rbs//skylib/selects.rbs",
 }
+SKYLIB_LIB = "@bazel_skylib//lib:"
+SKYLIB_LIBS = {
+    f"{n}.bzl"
+    for n in [
+        "collections",
+        "dicts",
+        "new_sets",
+        "partial",
+        "paths",
+        "sets",
+        "shell",
+        "structs",
+        "types",
+        "versions",
+    ]
+}
 
 
 def display_path(label: Label) -> str:
@@ -121,6 +137,10 @@ class Loader:
         def load(module_id: str) -> Any:
             if module_id in SKYLIB_MODULES:
                 return self.module(parse_load_label(SKYLIB_MODULES[module_id], package=""))
+            if module_id.startswith(SKYLIB_LIB) and module_id[len(SKYLIB_LIB) :] in SKYLIB_LIBS:
+                # skylib's pure-Starlark lib/, vendored under rules/skylib/lib/.
+                name = module_id[len(SKYLIB_LIB) :]
+                return self.module(parse_load_label(f"@rbs//skylib/lib/{name}", package=""))
             if module_id.split(":")[0] in CC_REPOS:
                 # No C++ toolchain: these cc_* rules load, and fail when analysed.
                 return self.module(parse_load_label(CC_MODULE, package=""))

@@ -243,3 +243,33 @@ def test_type_names_are_bazels(make_ws: MakeWs) -> None:
     assert (
         content_of(graph(root, "//p:t"), "//p:t") == "Label Target File depset list string select"
     )
+
+
+def test_skylib_lib_modules_load_from_rbs(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "p/defs.bzl": (
+                'load("@bazel_skylib//lib:paths.bzl", "paths")\n'
+                'load("@bazel_skylib//lib:dicts.bzl", "dicts")\n'
+                'load("@bazel_skylib//lib:collections.bzl", "collections")\n'
+                'load("@bazel_skylib//lib:shell.bzl", "shell")\n'
+                'load("@bazel_skylib//lib:types.bzl", "types")\n'
+                'load("@bazel_skylib//lib:sets.bzl", "sets")\n'
+                "def _impl(ctx):\n"
+                '    out = ctx.actions.declare_file("s.txt")\n'
+                "    words = [\n"
+                '        paths.join("a", "b.txt"), paths.basename("x/y.c"), paths.replace_extension("f.c", ".o"),\n'
+                '        str(dicts.add({"a": 1}, {"b": 2})), str(collections.uniq([1, 1, 2])),\n'
+                '        shell.quote("it\'s"), str(types.is_list([])), str(types.is_string(ctx.label)),\n'
+                "        str(sets.length(sets.make([1, 2, 2]))),\n"
+                "    ]\n"
+                '    ctx.actions.write(output = out, content = " ".join(words))\n'
+                "    return [DefaultInfo(files = depset([out]))]\n"
+                "r = rule(implementation = _impl)\n"
+            ),
+            "p/BUILD": 'load(":defs.bzl", "r")\nr(name = "s")\n',
+        }
+    )
+    assert content_of(graph(root, "//p:s"), "//p:s") == (
+        "a/b.txt y.c f.o {\"a\": 1, \"b\": 2} [1, 2] 'it'\\''s' True False 2"
+    )
