@@ -205,15 +205,15 @@ def bench_log_store(tmp: Path, n: int) -> Path:
     write_journal(data, 1)
     lines = _lines(n)
     logs = JobLogs(data / "job_logs.db")
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     for start in range(0, n, 1000):
         logs.append(1, lines[start : start + 1000])
-    took = time.perf_counter() - t
+    took, cpu = time.perf_counter() - t, time.process_time() - cpu
     logs.close()
     pages = _file_bytes(data / "job_logs.db")
     print(
         f"log ingest: {n / took:,.0f} lines/s ({n:,} lines of 20 characters, batches of 1,000;"
-        " goal >= 200,000)"
+        f" goal >= 200,000); {n / cpu:,.0f} lines per CPU-second"
     )
     print(f"log storage: {pages / n:.1f} B per numbered 20-character line, whole file (goal <= 40)")
     return data

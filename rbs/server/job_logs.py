@@ -69,7 +69,8 @@ CREATE TABLE IF NOT EXISTS runs (
 ) WITHOUT ROWID;
 """
 
-_Columns = tuple[list[int], list[float], list[str], list[str], list[lc.Run]]
+# seq, time (a float's repr), stream, text (a JSON string literal), run: the API's forms
+_Columns = tuple[list[int], list[str], list[str], list[str], list[lc.Run]]
 RunKey = tuple[int, int, int]  # task (-1: not an array), attempt, rank
 Ranges = list[list[int]]  # sorted, disjoint, inclusive [lo, hi] of worker line numbers
 K = TypeVar("K")
@@ -150,15 +151,29 @@ class JobLogs:
         self, job_id: int, lines: list[LogLine]
     ) -> tuple[list[LogLine], dict[RunKey, Ranges]]:
         """The lines not stored yet (in the batch's order), and each run's ranges after."""
+        if not lines:
+            return [], {}
         groups: dict[RunKey, list[int]] = {}
-        for ln in lines:
-            key = (-1 if ln.task is None else ln.task, ln.attempt, ln.rank)
-            groups.setdefault(key, []).append(ln.seq)
+        first = lines[0]
+        one = (first.task, first.attempt, first.rank)
+        if all((ln.task, ln.attempt, ln.rank) == one for ln in lines):  # a worker's batch
+            groups[(-1 if first.task is None else first.task, first.attempt, first.rank)] = [
+                ln.seq for ln in lines
+            ]
+        else:
+            for ln in lines:
+                key = (-1 if ln.task is None else ln.task, ln.attempt, ln.rank)
+                groups.setdefault(key, []).append(ln.seq)
         ranges = {}
         seen: set[tuple[RunKey, int]] | None = None
         for key, numbers in groups.items():
             stored = self._stored(job_id, key)
             high = stored[-1][1] if stored else 0
+            lo, hi = numbers[0], numbers[-1]
+            if lo > high and numbers == list(range(lo, hi + 1)):  # the next lines, in order
+                joins = bool(stored) and lo == high + 1
+                ranges[key] = [*stored[:-1], [stored[-1][0], hi]] if joins else [*stored, [lo, hi]]
+                continue
             if min(numbers) > high and len(set(numbers)) == len(numbers):
                 ranges[key] = _merged(stored, numbers)
                 continue
@@ -317,8 +332,17 @@ class JobLogs:
         """Lines in the job's display order: `seq` is the job's number, not the worker's."""
         from rbs.model import LogStream
 
+        loads = json.loads
         return [
-            LogLine(seq=s, time=t, stream=LogStream(st), text=x, task=r[0], attempt=r[1], rank=r[2])
+            LogLine(
+                seq=s,
+                time=float(t),
+                stream=LogStream(st),
+                text=loads(x),
+                task=r[0],
+                attempt=r[1],
+                rank=r[2],
+            )
             for seqs, times, streams, texts, runs in self._blocks(job_id, after, task, tail, limit)
             for s, t, st, x, r in zip(seqs, times, streams, texts, runs, strict=True)
         ]
@@ -360,9 +384,9 @@ def _pick(first: int, seg: lc.Segment, after: int, task: int | None) -> _Columns
     if task is None and lo == 0:  # the whole segment, the common case: no index lists
         return (
             range(first, first + n),  # type: ignore[return-value]
-            seg.times,
+            seg.time_text,
             [names[c] for c in seg.streams],
-            seg.texts,
+            seg.text_json,
             [runs[i] for i in seg.run_of] if len(runs) > 1 else [runs[0]] * n,
         )
     idx: Sequence[int] = range(lo, n)
@@ -371,9 +395,9 @@ def _pick(first: int, seg: lc.Segment, after: int, task: int | None) -> _Columns
         idx = [i for i in idx if seg.run_of[i] in keep]
     return (
         [first + i for i in idx],
-        [seg.times[i] for i in idx],
+        [seg.time_text[i] for i in idx],
         [names[seg.streams[i]] for i in idx],
-        [seg.texts[i] for i in idx],
+        [seg.text_json[i] for i in idx],
         [runs[seg.run_of[i]] for i in idx],
     )
 

@@ -276,28 +276,31 @@ def error_doc(code: str, message: str) -> dict[str, Any]:
 
 def log_lines_payload(lines: Iterable[LogLine]) -> bytes:
     """A job's stored log lines as NDJSON, one object per line (`eol` stays on the server)."""
+    quote = json.encoder.encode_basestring  # json.dumps's string form (ensure_ascii=False)
     lines = list(lines)
     return log_columns_payload(
         [ln.seq for ln in lines],
-        [ln.time for ln in lines],
+        [repr(ln.time) for ln in lines],
         [ln.stream.value for ln in lines],
-        [ln.text for ln in lines],
+        [quote(ln.text) for ln in lines],
         [(ln.task, ln.attempt, ln.rank) for ln in lines],
     )
 
 
 def log_columns_payload(
     seqs: Iterable[int],
-    times: Iterable[float],
+    times: Iterable[str],
     streams: Iterable[str],
     texts: Iterable[str],
     runs: Iterable[tuple[int | None, int, int]],
 ) -> bytes:
-    """The NDJSON of `log_lines_payload`, byte for byte, from columns (the log store's
-    chunks): no LogLine per line, and each run's closing fields formatted once. Each
-    object is what `json.dumps` makes of {seq, time, stream, text, task, attempt, rank}."""
-    quote = json.encoder.encode_basestring  # json.dumps's string form (ensure_ascii=False)
+    """The NDJSON of `log_lines_payload`, byte for byte, from columns already in their
+    JSON forms (the log store keeps them so): `times` as the floats' repr, `texts` as
+    JSON string literals (`json.encoder.encode_basestring`). No LogLine per line and no
+    formatting but the seq: each object is what `json.dumps` makes of {seq, time, stream,
+    text, task, attempt, rank}, each run's closing fields formatted once."""
     ends: dict[tuple[int | None, int, int], str] = {}
+    mids = {name: f', "stream": "{name}", "text": ' for name in ("out", "err", "sys")}
     out = []
     last: object = None
     end = ""
@@ -309,9 +312,8 @@ def log_columns_payload(
                 task = "null" if run[0] is None else str(run[0])
                 found = ends[run] = f', "task": {task}, "attempt": {run[1]}, "rank": {run[2]}}}\n'
             end = found
-        out.append(
-            f'{{"seq": {seq}, "time": {t!r}, "stream": "{stream}", "text": {quote(text)}{end}'
-        )
+        mid = mids.get(stream) or f', "stream": {json.dumps(stream)}, "text": '
+        out.append(f'{{"seq": {seq}, "time": {t}{mid}{text}{end}')
     return "".join(out).encode()
 
 

@@ -57,6 +57,7 @@ def test_lines_come_back_in_order_with_every_field(logs: JobLogs) -> None:
     payload, last = logs.read_payload(7)
     assert payload == log_lines_payload(got) and last == len(sent)
     assert logs.read(8) == [] and logs.read_payload(8) == (b"", None)
+    assert logs.append(8, []) == 0
 
 
 def test_resent_lines_are_stored_once_and_a_hole_is_filled(logs: JobLogs) -> None:
