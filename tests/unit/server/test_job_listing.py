@@ -179,3 +179,29 @@ def test_cursors_are_opaque_and_tied_to_their_sort() -> None:
 def test_bad_queries_name_the_parameter(query: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidRequest, match=message.replace("(", r"\(").replace("[", r"\[")):
         list_params(query)
+
+
+class Compacted:
+    """A core that no longer holds ended jobs (as a compacting one will not)."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self._sched = sched
+
+    def job(self, job_id: int) -> Any:
+        from rbs.scheduler.state import SchedulerError
+
+        view = self._sched.job(job_id)
+        if view.state.terminal:
+            raise SchedulerError(f"unknown job id {job_id}")
+        return view
+
+
+def test_a_page_shows_jobs_the_core_dropped_from_the_journal(driver: Driver) -> None:
+    full = JobListing(driver).page(list_params({"history": "1", "limit": "1000"}), NOW)  # type: ignore[arg-type]
+    core = driver.sched
+    driver.sched = Compacted(core)  # type: ignore[assignment]
+    try:
+        again = JobListing(driver).page(list_params({"history": "1", "limit": "1000"}), NOW)  # type: ignore[arg-type]
+    finally:
+        driver.sched = core
+    assert again == full and len(full["jobs"]) == 30
