@@ -32,6 +32,7 @@ from aiohttp.web_runner import TCPSite
 
 from rbs.server.edge_config import HttpConfig
 from rbs.wire import jobs_api
+from rbs.wire.auth import RefusalLog
 from rbs.wire.errors import InvalidRequest
 from rbs.wire.limits import json_depth
 
@@ -64,6 +65,8 @@ class _Connections:
         self.total = 0
         self.per_client: Counter[str] = Counter()
         self.by_transport: dict[asyncio.BaseTransport, _Guarded] = {}
+        # At most 10 lines a minute however many clients are refused (rbs.wire.auth).
+        self.refusals = RefusalLog()
 
     def refusal(self, client: str) -> str | None:
         c = self.config
@@ -96,7 +99,7 @@ class _Guarded(asyncio.Protocol):
         self.client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
         refused = self.conns.refusal(self.client)
         if refused is not None:
-            log.warning("refused a connection from %s: %s", self.client, refused)
+            self.conns.refusals.refused("a connection", self.client, refused)
             transport.write(
                 _raw_answer(503, "Service Unavailable", "UNAVAILABLE", refused + "; retry later")
             )
@@ -156,9 +159,7 @@ class _Guarded(asyncio.Protocol):
         if self.busy or self.transport is None or self.transport.is_closing():
             return
         timeout = self.conns.config.header_timeout
-        log.warning(
-            "closed a connection from %s: no whole request head in %gs", self.client, timeout
-        )
+        self.conns.refusals.refused("a request", self.client, f"no whole head in {timeout:g} s")
         self.transport.write(
             _raw_answer(
                 408,

@@ -213,3 +213,18 @@ def test_a_stalled_blob_upload_is_cut_off_with_408_and_nothing_is_stored(
     assert b"stalled" in answer
     assert cluster.server is not None
     assert not cluster.server.parts.store.contains(d)
+
+
+def test_refused_connections_are_logged_at_a_bounded_rate(
+    cluster: JobCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = cluster.port + 1
+    caplog.set_level("WARNING")
+    with contextlib.ExitStack() as stack:
+        for _ in range(LIMITS.max_connections_per_client):
+            stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=30))
+        for _ in range(30):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                assert read_all(s).startswith(b"HTTP/1.1 503 ")
+    lines = [r for r in caplog.records if "refused a connection" in r.getMessage()]
+    assert 1 <= len(lines) <= 10
