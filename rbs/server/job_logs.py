@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 # Log lines kept in memory while the store cannot write; past this, the worker's spool
 # keeps them (they come again when it reconnects).
 MAX_HELD_LOG_LINES = 200_000
-_CACHED = 4096  # jobs (and runs) whose numbering and last chunk are kept in memory
+_CACHED = 4096  # jobs (and runs) whose numbering is kept in memory
+_TAILS = 256  # jobs whose last chunk's raw bytes are kept (at most CHUNK_RAW each: 16 MiB)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -77,11 +78,11 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-def _remember(cache: dict[K, V], key: K, value: V) -> None:
-    """Keep `value` under `key`, forgetting the oldest entry past _CACHED."""
+def _remember(cache: dict[K, V], key: K, value: V, size: int = _CACHED) -> None:
+    """Keep `value` under `key`, forgetting the oldest entry past `size`."""
     cache.pop(key, None)
     cache[key] = value
-    if len(cache) > _CACHED:
+    if len(cache) > size:
         del cache[next(iter(cache))]
 
 
@@ -222,7 +223,7 @@ class JobLogs:
             self._tail.pop(job_id, None)
             raise
         _remember(self._next, job_id, seq + len(new))
-        _remember(self._tail, job_id, tail)
+        _remember(self._tail, job_id, tail, _TAILS)
         for key, r in ranges.items():
             _remember(self._runs, (job_id, key), r)
         self.wake(job_id)
