@@ -9,6 +9,11 @@ from rbs.model import ArraySpec, JobState
 from rbs.scheduler.instructions import PoolRecord
 
 _SINGLE = ((0, 0, 1),)
+_SINGLE_STARTS = (0,)
+# Shared empty values: most jobs never retry nor skip, and a pending job should cost
+# bytes, not an empty deque (760 B) and set (216 B) each. Replaced on first use.
+_NO_RETRY: tuple[tuple[int, int, int], ...] = ()
+_NO_SKIP: frozenset[int] = frozenset()
 
 
 class TaskPool:
@@ -33,11 +38,13 @@ class TaskPool:
 
     def __init__(self, spec: ArraySpec | None) -> None:
         self.ranges = spec.ranges if spec is not None else _SINGLE
-        self.starts = [first for first, _, _ in self.ranges]
+        self.starts = (
+            tuple(first for first, _, _ in self.ranges) if spec is not None else _SINGLE_STARTS
+        )
         self.range_i = 0
         self.next_value = self.ranges[0][0]
-        self.retry: deque[tuple[int, int, int]] = deque()
-        self.skipped: set[int] = set()
+        self.retry: deque[tuple[int, int, int]] | tuple[tuple[int, int, int], ...] = _NO_RETRY
+        self.skipped: set[int] | frozenset[int] = _NO_SKIP
         self.counts: dict[JobState, int] = {}
         self.fresh_left = spec.size if spec is not None else 1
 
@@ -55,11 +62,11 @@ class TaskPool:
 
     def pop(self) -> tuple[int, int, int]:
         """The next task to start: (index, attempt, retries used). Call only if pending."""
-        if self.retry:
+        if isinstance(self.retry, deque) and self.retry:
             return self.retry.popleft()
         while True:
             index = self._advance()
-            if index in self.skipped:
+            if isinstance(self.skipped, set) and index in self.skipped:
                 self.skipped.discard(index)
                 continue
             return index, 1, 0
@@ -78,6 +85,8 @@ class TaskPool:
         return index
 
     def push_retry(self, index: int, attempt: int, retries_used: int) -> None:
+        if not isinstance(self.retry, deque):
+            self.retry = deque()
         self.retry.append((index, attempt, retries_used))
 
     def finish(self, state: JobState, n: int = 1) -> None:
@@ -101,11 +110,13 @@ class TaskPool:
     def cancel_index(self, index: int) -> bool:
         """Cancel one pending task; False if it is not pending (running or finished)."""
         for entry in self.retry:
-            if entry[0] == index:
+            if entry[0] == index and isinstance(self.retry, deque):
                 self.retry.remove(entry)
                 self.finish(JobState.CANCELLED)
                 return True
         if self.is_fresh(index):
+            if not isinstance(self.skipped, set):
+                self.skipped = set()
             self.skipped.add(index)
             self.finish(JobState.CANCELLED)
             return True
@@ -114,8 +125,8 @@ class TaskPool:
     def cancel_all(self) -> int:
         """Cancel every pending task; returns how many."""
         n = self.pending
-        self.retry.clear()
-        self.skipped.clear()
+        self.retry = _NO_RETRY
+        self.skipped = _NO_SKIP
         self.fresh_left = 0
         self.range_i = len(self.ranges) - 1
         self.next_value = self.ranges[-1][1] + 1
@@ -136,8 +147,8 @@ class TaskPool:
         pool = cls(spec)
         pool.range_i = rec.range_i
         pool.next_value = rec.next_value
-        pool.retry = deque(rec.retry)
-        pool.skipped = set(rec.skipped)
+        pool.retry = deque(rec.retry) if rec.retry else _NO_RETRY
+        pool.skipped = set(rec.skipped) if rec.skipped else _NO_SKIP
         pool.counts = {JobState(s): n for s, n in rec.counts}
         # Fresh indices left: the rest of the current range plus every later range.
         left = 0

@@ -7,6 +7,7 @@ jobs in this order without ever re-sorting.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -64,6 +65,8 @@ def shape_of(job: QueuedJob) -> Shape:
     return job.shape
 
 
+@functools.lru_cache(maxsize=4096)
 def compute_shape(resources: Resources, min_nodes: int, time_limit: int | None) -> Shape:
+    # Cached: jobs of one shape share one tuple (and a pending job stays small).
     limit = float(time_limit) if time_limit is not None else math.inf
     return (resources.cpu_millis, resources.memory_bytes, resources.gpus, min_nodes, limit)
