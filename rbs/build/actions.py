@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rbs.build import expand as mk
-from rbs.build.graph import BIN_DIR, DEFAULT_PATH, ActionSpec, File, TargetInfo
+from rbs.build.graph import CONFIG_BIN_DIRS, DEFAULT_PATH, ActionSpec, File, TargetInfo
 from rbs.build.labels import Label, parse_label
 from rbs.build.rules import Target
 
@@ -39,6 +39,18 @@ class ActionHooks:
     producers: dict[str, int]
     ws_name: str
     _cur: Current | None
+    bin_dir: str  # where this configuration's outputs go (graph.CONFIG_BIN_DIRS)
+
+    def config_infos(self, config: str) -> dict[Label, TargetInfo]:
+        """Target infos of a configuration ("target", "host", "exec"): the analyser's own
+        or a sibling's, for tools."""
+        return self.infos
+
+    def _info_of(self, label: Label, cfg: object = "") -> TargetInfo:
+        # A target analysed for a tool's configuration says which in its plain form.
+        if isinstance(cfg, str) and cfg in CONFIG_BIN_DIRS:
+            return self.config_infos(cfg)[label]
+        return self.infos[label]
 
     def _declare(
         self,
@@ -63,7 +75,7 @@ class ActionHooks:
             short = f"{base}/{filename}" if base else filename
         else:
             short = f"{pkg}/{filename}" if pkg else filename
-        path = f"{BIN_DIR}/{short}"
+        path = f"{self.bin_dir}/{short}"
         have = cur.declared.get(path)
         if have is not None:
             if predeclared or have == cur.implicit_exe:
@@ -99,7 +111,7 @@ class ActionHooks:
             if isinstance(v, dict) and "_f" in v:
                 files.append(File.from_starlark(v))
             elif isinstance(v, dict) and "_t" in v:
-                info = self.infos[parse_label(str(v["_t"]))]
+                info = self._info_of(parse_label(str(v["_t"])), v.get("_c"))
                 files.extend(info.files)
                 if info.executable is not None:
                     files.append(info.executable)
@@ -122,7 +134,9 @@ class ActionHooks:
 
     def _exe_info(self, f: File) -> TargetInfo | None:
         owner = parse_label(f.owner)
-        info = self.infos.get(owner)
+        config = next((c for c, d in CONFIG_BIN_DIRS.items() if f.path.startswith(d + "/")), "")
+        infos = self.config_infos(config) if config else self.infos
+        info = infos.get(owner)
         if info is not None and info.executable == f:
             return info
         return None
@@ -160,7 +174,7 @@ class ActionHooks:
                 argv = (exe,)
             elif isinstance(exe, dict) and ("_f" in exe or "_t" in exe):
                 if "_t" in exe:
-                    info = self.infos[parse_label(str(exe["_t"]))]
+                    info = self._info_of(parse_label(str(exe["_t"])), exe.get("_c"))
                     if info.executable is None:
                         raise ValueError(f"ctx.actions.run: {info.label} is not executable")
                     exe = info.executable.to_starlark()
@@ -264,7 +278,7 @@ class ActionHooks:
             if own:
                 files = own
             elif lab in cur.deps or lab in extra:
-                info = self.infos[lab]
+                info = cur.deps.get(lab) or self._info_of(lab)
                 files = [info.executable] if info.executable else list(info.files)
             else:
                 raise ValueError(

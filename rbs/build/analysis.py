@@ -12,10 +12,18 @@ from rbs.build import bazel_tools
 from rbs.build.actions import ActionHooks, Current, files_in, runfiles_links
 from rbs.build.aspects import AspectHooks, Params
 from rbs.build.errors import BuildError, closest, location_from_starlark, starlark_message
-from rbs.build.graph import BIN_DIR, DEFAULT_PATH, ActionGraph, ActionSpec, File, TargetInfo
+from rbs.build.existing import features
+from rbs.build.graph import (
+    CONFIG_BIN_DIRS,
+    DEFAULT_PATH,
+    ActionGraph,
+    ActionSpec,
+    File,
+    TargetInfo,
+)
 from rbs.build.labels import Label
 from rbs.build.loader import Loader
-from rbs.build.rules import LABEL_KINDS, Target
+from rbs.build.rules import LABEL_KINDS, AttrSpec, Target, config_of
 from rbs.build.select import setting_value
 from rbs.build.toolchains import template_variables, toolchains_for
 from rbs.build.unsupported import missing_api
@@ -40,7 +48,10 @@ def test_timeout(size: object, timeout: object) -> int:
 class Analyzer(ActionHooks, AspectHooks):
     """Runs rule implementations in dependency order and collects their actions."""
 
-    def __init__(self, loader: Loader) -> None:
+    def __init__(self, loader: Loader, config: str = "target") -> None:
+        self.config = config
+        self.bin_dir = CONFIG_BIN_DIRS[config]
+        self._configs: dict[str, Analyzer] = {config: self}
         self.loader = loader
         self.ws = loader.ws
         self.ws_name = loader.ws.name
@@ -54,6 +65,26 @@ class Analyzer(ActionHooks, AspectHooks):
         if sys.getrecursionlimit() < 10000:
             sys.setrecursionlimit(10000)
 
+    def config_analyzer(self, config: str) -> Analyzer:
+        """The analyser of another configuration (tools: "host", "exec"); all of them
+        share one list of actions."""
+        an = self._configs.get(config)
+        if an is None:
+            an = Analyzer(self.loader, config=config)
+            an.actions, an.producers, an._configs = self.actions, self.producers, self._configs
+            self._configs[config] = an
+        return an
+
+    def config_infos(self, config: str) -> dict[Label, TargetInfo]:
+        return self.config_analyzer(config).infos
+
+    def for_attr_spec(self, spec: AttrSpec) -> Analyzer:
+        return self.config_analyzer(config_of(spec, self.config))
+
+    def for_attr(self, target: Target, attr: str) -> Analyzer:
+        spec = target.rule.attrs.get(attr)
+        return self if spec is None else self.for_attr_spec(spec)
+
     # -- resolution -----------------------------------------------------------------
 
     def resolve(
@@ -65,7 +96,7 @@ class Analyzer(ActionHooks, AspectHooks):
             return info
         where = referrer.location if referrer else None
         if bazel_tools.provided(label):
-            return self._bazel_tool(label)
+            return bazel_tools.register(self, label)
         if label.repo:
             raise BuildError(
                 f"{label}: labels of other repositories cannot be dependencies",
@@ -89,7 +120,7 @@ class Analyzer(ActionHooks, AspectHooks):
             return self._analyze(pkg.targets[label.name])
         if label.name in pkg.outputs:
             owner = self._analyze(pkg.targets[pkg.outputs[label.name]])
-            path = f"{BIN_DIR}/{label.path}"
+            path = f"{self.bin_dir}/{label.path}"
             files = tuple(
                 f for f in (*owner.files, *self._outputs_of(owner.label)) if f.path == path
             )
@@ -112,27 +143,6 @@ class Analyzer(ActionHooks, AspectHooks):
         self.infos[label] = info
         self.plain[label] = _plain_info(info, {})
         return info
-
-    def _bazel_tool(self, label: Label) -> TargetInfo:
-        info, action = bazel_tools.bash_runfiles()
-        if info.label not in self.infos:
-            self.producers[action.outputs[0]] = len(self.actions)
-            self.actions.append(action)
-            self.infos[info.label] = info
-            f = info.files[0].to_starlark()
-            self.plain[info.label] = {
-                "_t": str(info.label),
-                "p": {
-                    "DefaultInfo": {
-                        "files": {"_d": [f]},
-                        "executable": None,
-                        "default_runfiles": {"_r": [], "_rr": [[info.runfiles_links[0][0], f]]},
-                    }
-                },
-            }
-        self.infos[label] = self.infos[info.label]
-        self.plain[label] = self.plain[info.label]
-        return self.infos[label]
 
     def _outputs_of(self, label: Label) -> list[File]:
         return [
@@ -171,7 +181,7 @@ class Analyzer(ActionHooks, AspectHooks):
         try:
             deps: dict[Label, TargetInfo] = {}
             for attr, dep in target.deps():
-                deps[dep] = self.resolve(dep, referrer=target, attr=attr)
+                deps[dep] = self.for_attr(target, attr).resolve(dep, referrer=target, attr=attr)
             info = self._run_impl(target, deps)
         finally:
             self._stack.pop()
@@ -245,7 +255,7 @@ class Analyzer(ActionHooks, AspectHooks):
             cur.implicit_exe = exe_file
             outputs["executable"] = exe_file.to_starlark()
         attr["name"] = label.name
-        enabled, disabled = _features(self.loader.packages[label.package].features, target)
+        enabled, disabled = features(self.loader.packages[label.package].features, target)
         return {
             "features": enabled,
             "disabled_features": disabled,
@@ -255,14 +265,15 @@ class Analyzer(ActionHooks, AspectHooks):
             "file": single,
             "executable": exe,
             "outputs": outputs,
-            "bin_dir": BIN_DIR,
+            "bin_dir": self.bin_dir,
             "workspace_name": self.ws_name,
             "build_setting_value": setting_value(label, target.attrs, self.loader.config),
             "build_file_path": self.loader.packages[label.package].build_file,
             "var": {
-                "COMPILATION_MODE": "fastbuild",
-                "BINDIR": BIN_DIR,
-                "GENDIR": BIN_DIR,
+                # Bazel 4.2's host configuration builds tools with -c opt.
+                "COMPILATION_MODE": "fastbuild" if self.config == "target" else "opt",
+                "BINDIR": self.bin_dir,
+                "GENDIR": self.bin_dir,
                 "TARGET_CPU": "k8",
                 **template_variables(self, target),
             },
@@ -393,6 +404,8 @@ class Analyzer(ActionHooks, AspectHooks):
             },
         }
         self.plain[label] = {"_t": str(label), "p": {"DefaultInfo": canon, **providers}}
+        if self.config != "target":
+            self.plain[label]["_c"] = self.config
         if rule.test and exe is not None:
             self._add_test_action(target, exe, tuple(runfiles), rf_links)
         return info
@@ -462,19 +475,6 @@ class Analyzer(ActionHooks, AspectHooks):
         return ActionGraph(
             actions=tuple(self.actions), targets=dict(self.infos), workspace_name=self.ws_name
         )
-
-
-def _features(package: list[str], target: Target) -> tuple[list[str], list[str]]:
-    """ctx.features and ctx.disabled_features: the package's features, then the target's;
-    "-x" disables x, and a disabled feature wins (Bazel's rule)."""
-    on: dict[str, None] = {}
-    off: dict[str, None] = {}
-    for f in [*package, *(target.attrs.get("features") or [])]:
-        if f.startswith("-"):
-            off[f[1:]] = None
-        else:
-            on[f] = None
-    return sorted(f for f in on if f not in off), sorted(off)
 
 
 def _plain_info(info: TargetInfo, providers: dict[str, Any]) -> dict[str, Any]:

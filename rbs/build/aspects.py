@@ -22,7 +22,7 @@ import starlark as sl
 
 from rbs.build.actions import Current
 from rbs.build.errors import BuildError, location_from_starlark, starlark_message
-from rbs.build.graph import BIN_DIR, TargetInfo
+from rbs.build.graph import TargetInfo
 from rbs.build.labels import Label
 from rbs.build.rules import LABEL_KINDS, AttrSpec, RuleClass, Target, check_attrs
 
@@ -73,19 +73,21 @@ class AspectHooks:
     plain: dict[Label, dict[str, Any]]
     _cur: Current | None
     _aspect_results: dict[tuple[str, Label, Params], dict[str, Any]]
+    bin_dir: str
 
     if TYPE_CHECKING:  # provided by the analyser
 
         def resolve(
             self, label: Label, *, referrer: Target | None = None, attr: str = ""
         ) -> TargetInfo: ...
+        def for_attr_spec(self, spec: AttrSpec) -> AspectHooks: ...
         def _ctx_data(
             self, target: Target, deps: dict[Label, TargetInfo], cur: Current
         ) -> dict[str, Any]: ...
 
     def dep_plain(self, label: Label, spec: AttrSpec, applier: Target) -> dict[str, Any]:
         """A dependency as a rule sees it: its providers plus those of the attribute's aspects."""
-        base = self.plain[label]
+        base = self.for_attr_spec(spec).plain[label]
         if not spec.aspects:
             return base
         providers = dict(base["p"])
@@ -197,7 +199,7 @@ class AspectHooks:
     def _out_file(self, package: str, name: str) -> dict[str, Any]:
         short = f"{package}/{name}" if package else name
         owner = str(Label(package=package, name=name))
-        return {"_f": [f"{BIN_DIR}/{short}", short, False, owner]}
+        return {"_f": [f"{self.bin_dir}/{short}", short, False, owner]}
 
     def _aspect_target(self, aspect: AspectClass, target: Target, params: Params) -> Target:
         """The aspect's own attributes as a target (checked like a rule's) in `target`'s name."""

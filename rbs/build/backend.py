@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rbs.build.engine import Backend, BackendOutcome, OutputRef, out_path
-from rbs.build.graph import BIN_DIR, ActionSpec
+from rbs.build.graph import CONFIG_BIN_DIRS, ActionSpec
 from rbs.build.reapi import FUNCTION, prepare
 from rbs.build.runner import ActionResultCache, ActionRunner, LocalActionCache, LocalRunner
 from rbs.cas.errors import CasError
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rbs.cas.bridge import DigestBridge
 
 _STDERR_LIMIT = 8000
+GENERATED = tuple(d + "/" for d in CONFIG_BIN_DIRS.values())
 
 
 class StoreBackend(Backend):
@@ -60,7 +61,8 @@ class StoreBackend(Backend):
         store evicted since (the published copy under rbs-out/ still has the bytes)."""
         if self.store.contains(digest):
             return
-        local = self.root / (out_path(path) if path.startswith(BIN_DIR + "/") else path)
+        generated = path.startswith(GENERATED)
+        local = self.root / (out_path(path) if generated else path)
         try:
             self.store.put_file(local, expected=digest)
         except (OSError, CasError) as e:

@@ -8,6 +8,8 @@ Bazel gives it (`bazel_tools/tools/bash/runfiles/runfiles.bash`), so that the us
 
 from __future__ import annotations
 
+from typing import Any
+
 from rbs.build.graph import BIN_DIR, ActionSpec, File, TargetInfo
 from rbs.build.labels import Label
 from rbs.build.workspace import rules_root
@@ -22,6 +24,30 @@ def provided(label: Label) -> bool:
         and label.package == BASH_RUNFILES.package
         and label.name in ("runfiles", "runfiles.bash")
     )
+
+
+def register(an: Any, label: Label) -> TargetInfo:
+    """Put the library into an analyser (once per build: the configurations share it)."""
+    info, action = bash_runfiles()
+    if info.label not in an.infos:
+        if action.outputs[0] not in an.producers:
+            an.producers[action.outputs[0]] = len(an.actions)
+            an.actions.append(action)
+        an.infos[info.label] = info
+        f = info.files[0].to_starlark()
+        an.plain[info.label] = {
+            "_t": str(info.label),
+            "p": {
+                "DefaultInfo": {
+                    "files": {"_d": [f]},
+                    "executable": None,
+                    "default_runfiles": {"_r": [], "_rr": [[info.runfiles_links[0][0], f]]},
+                }
+            },
+        }
+    an.infos[label] = an.infos[info.label]
+    an.plain[label] = an.plain[info.label]
+    return an.infos[label]  # type: ignore[no-any-return]
 
 
 def bash_runfiles() -> tuple[TargetInfo, ActionSpec]:

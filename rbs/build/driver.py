@@ -17,7 +17,7 @@ from rbs.build.engine import (
     out_path,
 )
 from rbs.build.errors import BuildError
-from rbs.build.graph import BIN_DIR, ActionGraph, File
+from rbs.build.graph import CONFIG_BIN_DIRS, ActionGraph, File
 from rbs.build.jobtarget import finish_job_targets, job_targets
 from rbs.build.labels import Label
 from rbs.build.select import BuildConfig
@@ -246,7 +246,7 @@ def _noop_paths(graph: ActionGraph, indices: list[int], analysis_deps: list[str]
     paths = list(analysis_deps)
     for i in indices:
         a = graph.actions[i]
-        paths.extend(p for p in a.inputs if not p.startswith(BIN_DIR))
+        paths.extend(p for p in a.inputs if not p.startswith(tuple(CONFIG_BIN_DIRS.values())))
         paths.extend(out_path(p) for p in a.outputs)
     return paths
 

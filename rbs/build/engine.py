@@ -20,16 +20,23 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rbs.build.graph import BIN_DIR, ActionGraph, ActionSpec
+from rbs.build.graph import BIN_DIR, EXEC_BIN_DIR, HOST_BIN_DIR, ActionGraph, ActionSpec
 from rbs.build.state import BuildState, out_key, signature
 from rbs.model import Digest, DigestFunction
 
 log = logging.getLogger(__name__)
 OUT_BIN = "rbs-out/bin"
+OUT_HOST_BIN = "rbs-out/host/bin"
+OUT_EXEC_BIN = "rbs-out/exec/bin"
 
 
 def out_path(exec_path: str) -> str:
-    """Where a generated file appears in the workspace: rbs-out/bin/<short path>."""
+    """Where a generated file appears in the workspace: rbs-out/bin/<short path>, or
+    rbs-out/host/bin/... and rbs-out/exec/bin/... for tools of those configurations."""
+    if exec_path.startswith(HOST_BIN_DIR + "/"):
+        return OUT_HOST_BIN + exec_path[len(HOST_BIN_DIR) :]
+    if exec_path.startswith(EXEC_BIN_DIR + "/"):
+        return OUT_EXEC_BIN + exec_path[len(EXEC_BIN_DIR) :]
     return OUT_BIN + exec_path[len(BIN_DIR) :]
 
 

@@ -38,6 +38,19 @@ def existing_rules(pkg: Package) -> dict[str, dict[str, Any]]:
     return {name: rule_dict(t) for name, t in pkg.targets.items()}
 
 
+def features(package: list[str], target: Target) -> tuple[list[str], list[str]]:
+    """ctx.features and ctx.disabled_features: the package's features, then the target's;
+    "-x" disables x, and a disabled feature wins (Bazel's rule)."""
+    on: dict[str, None] = {}
+    off: dict[str, None] = {}
+    for f in [*package, *(target.attrs.get("features") or [])]:
+        if f.startswith("-"):
+            off[f[1:]] = None
+        else:
+            on[f] = None
+    return sorted(f for f in on if f not in off), sorted(off)
+
+
 def function_params(function: str, files: Mapping[str, Path]) -> list[str]:
     """Parameter names of `file.bzl.fname` (how Starlark prints a function)."""
     file, _, name = function.rpartition(".")

@@ -29,6 +29,13 @@ def _reduce(self: Any) -> tuple[Any, ...]:
 # $(location), $@ and $(RULEDIR) expand to the same text and genrule outputs that embed
 # paths are byte-identical to Bazel's.
 BIN_DIR = "bazel-out/k8-fastbuild/bin"
+# Tools are built in another configuration, each under its own output folder, named as
+# Bazel 4.2.3 names them with default options (seen in its bazel-out/), so that
+# `$(execpath tool)` and `File.path` read the same: a genrule's `tools` and `cfg = "host"`
+# attributes use the host configuration, `cfg = "exec"` attributes the exec one.
+HOST_BIN_DIR = "bazel-out/host/bin"
+EXEC_BIN_DIR = "bazel-out/k8-opt-exec-2B5CBBC6/bin"
+CONFIG_BIN_DIRS = {"target": BIN_DIR, "host": HOST_BIN_DIR, "exec": EXEC_BIN_DIR}
 DEFAULT_PATH = "/bin:/usr/bin:/usr/local/bin"
 
 

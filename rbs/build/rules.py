@@ -41,7 +41,7 @@ class AttrSpec:
     doc: str = ""
     ignored: bool = False  # accepted for Bazel compatibility, not used by rbs
     aspects: tuple[str, ...] = ()  # keys of the aspects applied to this attribute's targets
-    cfg: str = ""  # "exec" for tools built in the exec configuration
+    cfg: str = ""  # "exec" or "host" for tools built in that configuration
 
     @classmethod
     def from_starlark(cls, name: str, d: Mapping[str, Any]) -> AttrSpec:
@@ -214,6 +214,14 @@ def _fill_template(template: str, target: Target) -> str:
         )
 
     return _TEMPLATE_VAR.sub(one, template)
+
+
+def config_of(spec: AttrSpec, current: str) -> str:
+    """The configuration an attribute's targets are built in, from a target in `current`:
+    "exec" or "host" for tools; the host configuration keeps its deps in host (Bazel)."""
+    if current == "host" or spec.cfg not in ("exec", "host"):
+        return current
+    return spec.cfg
 
 
 def _type_name(v: Any) -> str:

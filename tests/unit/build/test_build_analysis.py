@@ -101,7 +101,8 @@ def test_py_binary_and_sh_tool_runfiles(make_ws: MakeWs) -> None:
     assert app.executable is not None and app.executable.path == f"{BIN_DIR}/py/app"
     assert {f.short_path for f in app.runfiles} == {"py/app", "py/app.py", "py/lib.py", "py/d.txt"}
     use = action_of(g, "//py:use")
-    tool = f"{BIN_DIR}/py/tool"
+    # A genrule's tools are built in the exec configuration, under Bazel 4.2's host folder.
+    tool = "bazel-out/host/bin/py/tool"
     assert use.argv[2].endswith(f"{tool} > {BIN_DIR}/py/o")
     assert (f"{tool}.runfiles/__main__/py/d.txt", "py/d.txt") in use.links
     tests = [a for a in g.actions if a.is_test]

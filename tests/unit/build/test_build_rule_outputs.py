@@ -214,8 +214,11 @@ def test_runfiles_symlinks_reach_the_tree_and_tool_inputs(make_ws: MakeWs) -> No
     links = {path: f.path for path, f in t.runfiles_links}
     assert links == {"data_dep": "pkg/d.txt", "__main__/renamed/d.txt": "pkg/d.txt"}
     (run,) = actions_of(g, "//pkg:u")
-    assert (f"{BIN_DIR}/pkg/t.runfiles/data_dep", "pkg/d.txt") in run.links
-    assert (f"{BIN_DIR}/pkg/t.runfiles/__main__/renamed/d.txt", "pkg/d.txt") in run.links
+    # The tool (cfg = "exec") runs from the exec configuration's folder, as in Bazel 4.2.3.
+    host = "bazel-out/k8-opt-exec-2B5CBBC6/bin"
+    assert run.argv[0] == f"{host}/pkg/t"
+    assert (f"{host}/pkg/t.runfiles/data_dep", "pkg/d.txt") in run.links
+    assert (f"{host}/pkg/t.runfiles/__main__/renamed/d.txt", "pkg/d.txt") in run.links
     assert "pkg/d.txt" in run.inputs
 
 
