@@ -46,3 +46,37 @@ def lower_build(text: str) -> tuple[str, bool]:
     if not uses_select and "Label" not in text:
         return text, False
     return lower(text, reserved=_reserved(), add=uses_select), True
+
+
+# bazel_skylib modules rbs ships (rules/skylib/): its own selects and common_settings,
+# and skylib's pure-Starlark lib/ vendored unchanged.
+_SKYLIB = {
+    "@bazel_skylib//rules:common_settings.bzl": "@rbs//skylib/common_settings.rbs",
+    "@bazel_skylib//lib:selects.bzl": "@rbs//skylib/selects.rbs",
+}
+_SKYLIB_LIB = "@bazel_skylib//lib:"
+_SKYLIB_LIBS = frozenset(
+    f"{n}.bzl"
+    for n in (
+        "collections",
+        "dicts",
+        "new_sets",
+        "partial",
+        "paths",
+        "sets",
+        "shell",
+        "structs",
+        "types",
+        "versions",
+    )
+)
+
+
+def skylib_module(module_id: str) -> str | None:
+    """The `@rbs//...` file a `load()` of a bazel_skylib module reads, if rbs ships it."""
+    if module_id in _SKYLIB:
+        return _SKYLIB[module_id]
+    name = module_id[len(_SKYLIB_LIB) :]
+    if module_id.startswith(_SKYLIB_LIB) and name in _SKYLIB_LIBS:
+        return f"@rbs//skylib/lib/{name}"
+    return None

@@ -11,7 +11,7 @@ import starlark as sl
 
 from rbs.build import existing
 from rbs.build.aspects import AspectClass, new_aspect
-from rbs.build.compat import compat_ast, lower_build, lower_module
+from rbs.build.compat import compat_ast, lower_build, lower_module, skylib_module
 from rbs.build.errors import (
     BuildError,
     Location,
@@ -57,29 +57,6 @@ COMPAT_REPOS = {
 
 CC_REPOS = {"@rules_cc//cc"}
 CC_MODULE = "@rbs//cc.rbs"
-
-
-# bazel_skylib modules whose API rbs provides itself (rules/skylib/).
-SKYLIB_MODULES = {
-    "@bazel_skylib//rules:common_settings.bzl": "@rbs//skylib/common_settings.rbs",
-    "@bazel_skylib//lib:selects.bzl": "@rbs//skylib/selects.rbs",
-}
-SKYLIB_LIB = "@bazel_skylib//lib:"
-SKYLIB_LIBS = {
-    f"{n}.bzl"
-    for n in [
-        "collections",
-        "dicts",
-        "new_sets",
-        "partial",
-        "paths",
-        "sets",
-        "shell",
-        "structs",
-        "types",
-        "versions",
-    ]
-}
 
 
 def display_path(label: Label) -> str:
@@ -135,12 +112,9 @@ class Loader:
 
     def _file_loader(self, requester: Label) -> Any:
         def load(module_id: str) -> Any:
-            if module_id in SKYLIB_MODULES:
-                return self.module(parse_load_label(SKYLIB_MODULES[module_id], package=""))
-            if module_id.startswith(SKYLIB_LIB) and module_id[len(SKYLIB_LIB) :] in SKYLIB_LIBS:
-                # skylib's pure-Starlark lib/, vendored under rules/skylib/lib/.
-                name = module_id[len(SKYLIB_LIB) :]
-                return self.module(parse_load_label(f"@rbs//skylib/lib/{name}", package=""))
+            shipped = skylib_module(module_id)
+            if shipped is not None:
+                return self.module(parse_load_label(shipped, package=""))
             if module_id.split(":")[0] in CC_REPOS:
                 # No C++ toolchain: these cc_* rules load, and fail when analysed.
                 return self.module(parse_load_label(CC_MODULE, package=""))

@@ -209,16 +209,22 @@ def _apply(data: bytes, edits: list[_Edit]) -> bytes:
     # text of nodes that start there (outermost first), then the token replaced there
     # (which begins the innermost of those nodes).
     edits.sort(key=lambda e: (e.start, e.order))
-    out: list[bytes] = []
+    out = bytearray()
     at = 0
     for e in edits:
         if e.start < at:
             continue  # overlapping edits cannot happen; keep the first to stay safe
-        out.append(data[at : e.start])
-        out.append(e.text.encode())
+        out += data[at : e.start]
+        text = e.text.encode()
+        if out and _WORD.match(out[-1:]) and _WORD.match(text[:1]):
+            out += b" "  # `in{...}[K]` must not become `in_rbs_at(...)`
+        out += text
         at = e.end
-    out.append(data[at:])
-    return b"".join(out)
+    out += data[at:]
+    return bytes(out)
+
+
+_WORD = re.compile(rb"\w")
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:

@@ -75,6 +75,8 @@ def _expressions() -> st.SearchStrategy[str]:
             st.tuples(inner, space).map(lambda t: f"{t[0]}[{t[1]}I]"),
             inner.map(lambda e: f"str({e})"),
             inner.map(lambda e: f'("%s" % ({e},))'),
+            inner.map(lambda e: f'"{{}}-{{k}}".format({e}, k = {e})'),
+            inner.map(lambda e: f"type({e})"),
         )
 
     return st.recursive(atoms, grow, max_leaves=6)
