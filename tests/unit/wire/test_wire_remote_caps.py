@@ -72,3 +72,27 @@ def test_no_usable_function_names_the_offered_ones() -> None:
     offer = offer_from_pb(caps)
     with pytest.raises(UnsupportedServer, match="it offers sha384"):
         choose_function(offer, execution=False)
+
+
+def test_server_policy_keeps_the_default_instance_and_refuses_other_functions() -> None:
+    from rbs.server.instances import Instances
+    from rbs.wire.errors import InvalidRequest, UnknownInstance
+
+    policy = Instances(["foo"], [SHA])
+    assert policy.names == ("", "foo")
+    assert policy.check("") == "" and policy.check("foo") == "foo"
+    with pytest.raises(UnknownInstance, match="accepts '', 'foo'"):
+        policy.check("bar")
+    assert policy.check_function(None) is SHA  # unset: a 64-hex hash reads as SHA256
+    with pytest.raises(InvalidRequest, match=r"blake3 is not offered .*\(it offers sha256"):
+        policy.check_function(B3)
+
+
+def test_digest_functions_config() -> None:
+    from rbs.server.config import ConfigError, config_from_dict
+
+    cfg = config_from_dict({"server": {"digest_functions": ["sha256"]}})
+    assert cfg.server.digest_functions == (SHA,)
+    for bad in (["md5"], "sha256", []):
+        with pytest.raises(ConfigError, match="digest_functions"):
+            config_from_dict({"server": {"digest_functions": bad}})
