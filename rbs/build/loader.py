@@ -158,7 +158,12 @@ class Loader:
             except sl.StarlarkError as e:
                 # Report the error in the loaded file itself, not at the load() line.
                 if self.inner_error is None:
-                    self.inner_error = _to_build_error(str(e), display_path(label))
+                    missing = missing_api(str(e), self.source_line)
+                    self.inner_error = (
+                        BuildError(missing[0], location=missing[1])
+                        if missing is not None
+                        else _to_build_error(str(e), display_path(label))
+                    )
                 raise ValueError(f"error in {display_path(label)}") from None
             self._name_rules(label, text)
             frozen = m.freeze()

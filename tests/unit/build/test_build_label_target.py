@@ -273,3 +273,16 @@ def test_skylib_lib_modules_load_from_rbs(make_ws: MakeWs) -> None:
     assert content_of(graph(root, "//p:s"), "//p:s") == (
         "a/b.txt y.c f.o {\"a\": 1, \"b\": 2} [1, 2] 'it'\\''s' True False 2"
     )
+
+
+def test_a_missing_bazel_global_is_named_with_its_line(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "p/defs.bzl": "def _impl(rctx):\n    pass\nfetch = repository_rule(implementation = _impl)\n",
+            "p/BUILD": 'load(":defs.bzl", "fetch")\n',
+        }
+    )
+    with pytest.raises(BuildError) as e:
+        graph(root)
+    assert e.value.message == "repository_rule: Bazel has this API, but rbs does not support it yet"
+    assert str(e.value.location).startswith("p/defs.bzl:3")
