@@ -113,12 +113,44 @@ BAZEL_API: dict[str, frozenset[str]] = {
 
 # Bazel 4.2's global names in .bzl and BUILD files.
 BAZEL_GLOBALS = frozenset(
-    "analysis_test_transition android_common apple_common aspect attr cc_common "
-    "config_common coverage_common depset java_common json platform_common proto_common "
-    "provider PyInfo PyRuntimeInfo rule select struct testing toolchain transition "
-    "CcInfo CcToolchainConfigInfo DefaultInfo InstrumentedFilesInfo JavaInfo "
-    "OutputGroupInfo RunEnvironmentInfo Label module_extension repository_rule "
-    "tag_class visibility existing_rules exec_group".split()
+    [
+        "analysis_test_transition",
+        "android_common",
+        "apple_common",
+        "aspect",
+        "attr",
+        "cc_common",
+        "config_common",
+        "coverage_common",
+        "depset",
+        "java_common",
+        "json",
+        "platform_common",
+        "proto_common",
+        "provider",
+        "PyInfo",
+        "PyRuntimeInfo",
+        "rule",
+        "select",
+        "struct",
+        "testing",
+        "toolchain",
+        "transition",
+        "CcInfo",
+        "CcToolchainConfigInfo",
+        "DefaultInfo",
+        "InstrumentedFilesInfo",
+        "JavaInfo",
+        "OutputGroupInfo",
+        "RunEnvironmentInfo",
+        "Label",
+        "module_extension",
+        "repository_rule",
+        "tag_class",
+        "visibility",
+        "existing_rules",
+        "exec_group",
+    ]
 )
 _VARIABLE = re.compile(r"Variable `(\w+)` not found")
 
