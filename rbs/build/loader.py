@@ -271,11 +271,20 @@ class Loader:
             self._pkg("package()").features = list(feats)
 
     def existing_rules(self) -> dict[str, dict[str, Any]]:
-        return existing.existing_rules(self._pkg("native.existing_rules()"))
+        pkg = self._pkg("native.existing_rules()")
+        return {**existing.existing_rules(pkg), **self._selecting(pkg)}
 
     def existing_rule(self, name: str) -> dict[str, Any] | None:
-        target = self._pkg("native.existing_rule()").targets.get(name)
-        return existing.rule_dict(target) if target is not None else None
+        pkg = self._pkg("native.existing_rule()")
+        target = pkg.targets.get(name)
+        return existing.rule_dict(target) if target is not None else self._selecting(pkg).get(name)
+
+    def _selecting(self, pkg: Package) -> dict[str, dict[str, Any]]:
+        # Targets with a select() are registered after the file: show them as declared.
+        return {
+            name: {**attrs, "name": name, "kind": self.rules[rule].kind}
+            for rule, name, attrs, _ in self.deferred_selects.get(pkg.name, [])
+        }
 
     def function_params(self, function: str) -> list[str]:
         return existing.function_params(function, self.files_read)

@@ -181,3 +181,22 @@ def test_skylib_flags_flag_values_and_setting_groups(make_ws: MakeWs) -> None:
     assert run("//s:v", ("//s:color", "blue")) == ("write", "blue")
     with pytest.raises(BuildError, match='"green" is not one of the allowed values'):
         run("//s:v", ("//s:color", "green"))
+
+
+def test_existing_rules_sees_a_target_with_a_select(make_ws: MakeWs) -> None:
+    root = make_ws(
+        {
+            "p/defs.bzl": (
+                "def count(name):\n"
+                "    n = len(native.existing_rules())\n"
+                '    kind = native.existing_rule("g")["kind"]\n'
+                '    native.genrule(name = name, outs = [name + ".txt"], cmd = "echo %d %s > $@" % (n, kind))\n'
+            ),
+            "p/BUILD": (
+                'load(":defs.bzl", "count")\n'
+                + genrule("g", 'select({"//conditions:default": "echo > $@"})')
+                + 'count(name = "c")\n'
+            ),
+        }
+    )
+    assert cmd_of(root, "//p:c") == f"echo 1 genrule > {BIN_DIR}/p/c.txt"
