@@ -165,7 +165,9 @@ def build(
             result.report.failures or not result.load_errors
         )
         if result.load_errors:
-            failed.append(f"{len(result.load_errors)} target(s) or package(s) failed to load")
+            failed.append(
+                f"{len(result.load_errors)} package(s) or target(s) failed to load or analyse"
+            )
         click.echo(f"rbs: build failed: {'; '.join(failed)}", err=True)
         sys.exit(1)
     if result.graph is not None and len(result.labels) <= 20:

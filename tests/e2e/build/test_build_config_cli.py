@@ -68,7 +68,7 @@ def test_keep_going_reports_a_broken_package_and_exits_non_zero(ws: Path) -> Non
     r = rbs(ws, "build", "--keep_going", "//...")
     assert r.returncode == 1, r.stderr
     assert "broken/BUILD:2:11: error: Variable `undefined` not found" in r.stderr
-    assert "1 target(s) or package(s) failed to load" in r.stderr
+    assert "1 package(s) or target(s) failed to load or analyse" in r.stderr
     assert (ws / "rbs-out/bin/p/mode.out").read_text() == "input\nfast input\nfast linux\n"
     assert "Traceback" not in r.stderr
 
