@@ -137,3 +137,39 @@ def test_a_worker_with_an_unreadable_ca_says_so_in_one_line(
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert "--tls-ca 'nope.pem'" in r.stderr
+
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "WORKSPACE"
+
+
+BANNER = "== greetings ==\nHELLO\nBONJOUR\nHOLA\n"
+
+
+@pytest.mark.timeout(240)
+def test_rbs_build_uses_the_cache_over_tls(served: tuple[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    address, cert = served
+
+    def build(name: str, *tls: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        ws = tmp_path / name
+        shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("rbs-out", ".rbs"))
+        r = subprocess.run(
+            [*RBS, "build", "//...", "--remote-cache-only", "--remote", address, *tls],
+            cwd=ws,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=200,
+            check=False,
+        )
+        return ws, r
+
+    ws, r = build("one", "--tls-ca", str(cert))
+    assert r.returncode == 0, r.stderr
+    assert (ws / "rbs-out/bin/greet/banner.txt").read_text() == BANNER
+    # Plaintext to the TLS server: refused, in words, without a traceback.
+    _, r = build("two")
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    assert address in r.stderr and "UNAVAILABLE" in r.stderr
