@@ -485,7 +485,7 @@ class Worker:
 
     def _upload(self, digests: list[Digest]) -> None:
         """Make the server's CAS hold every output blob (small ones in batch calls)."""
-        missing = self.remote.find_missing(digests)
+        missing = self.remote.to_upload(digests)
         by_fn: dict[DigestFunction, list[bytes]] = {}
         for d in missing:
             if d.size <= self.remote.batch_limit:

@@ -49,6 +49,8 @@ from rbs.wire.resource_names import Compressor, format_read_name, format_write_n
 _FIND_BATCH = 10_000
 # Per-blob framing inside a batch message, counted against the batch limit.
 _ITEM_OVERHEAD = 128
+# Uploads of at most this many bytes in all skip FindMissingBlobs (`to_upload`).
+_SEND_WITHOUT_ASKING = 64 << 10
 
 
 class RemoteError(CasError):
@@ -198,6 +200,15 @@ class RemoteStore(BlobStore):
         return missing
 
     # -- uploads --------------------------------------------------------------------
+
+    def to_upload(self, digests: Iterable[Digest]) -> list[Digest]:
+        """Which of `digests` to send: every one, without a round trip, when together
+        they are small (a trivial action's outputs cost less to send than to ask
+        about), else those FindMissingBlobs says the server lacks."""
+        wanted = [d for d in dict.fromkeys(digests) if d.size]
+        if sum(d.size for d in wanted) <= _SEND_WITHOUT_ASKING:
+            return wanted
+        return self.find_missing(wanted)
 
     def writer(self, expected: Digest) -> BlobWriter:
         return SpoolingWriter(

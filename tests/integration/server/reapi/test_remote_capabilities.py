@@ -73,3 +73,18 @@ def test_zstd_bytestream_round_trip(start: StartServer) -> None:
         d2 = plain.put(other)
         assert zstd.get(d2) == other
         assert zstd.get(d) == data
+
+
+def test_to_upload_skips_the_round_trip_for_a_few_small_blobs(start: StartServer) -> None:
+    srv = start()
+    with connect(srv.target) as ch:
+        store = RemoteStore(ch)
+        present = store.put(b"already there")
+        small = [present, Digest.of(b"new and small", B3), Digest.of(b"", B3)]
+        # Small in all: sent without asking, so the present one too (the empty one never).
+        assert store.to_upload(small) == small[:2]
+        big = [present, Digest.of(os.urandom(100 << 10), B3)]
+        assert store.to_upload(big) == big[1:]
+    with connect("grpc://127.0.0.1:1") as dead:
+        # No call is made for small ones: even an unreachable server is not asked.
+        assert RemoteStore(dead).to_upload(small) == small[:2]
