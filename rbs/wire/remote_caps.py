@@ -24,6 +24,7 @@ from rbs.wire.reapi_client import RemoteError
 # rbs's order of preference when the server offers several.
 PREFERENCE = (DigestFunction.BLAKE3, DigestFunction.SHA256)
 _ZSTD = re_pb2.Compressor.ZSTD
+_KNOWN = set(re_pb2.DigestFunction.Value.values())
 
 
 class UnsupportedServer(ValueError):
@@ -56,9 +57,6 @@ def _functions(values: list[int], others: list[str]) -> tuple[DigestFunction, ..
     return tuple(out)
 
 
-_KNOWN = set(re_pb2.DigestFunction.Value.values())
-
-
 def offer_from_pb(caps: re_pb2.ServerCapabilities) -> ServerOffer:
     cache = caps.cache_capabilities
     ex = caps.execution_capabilities
@@ -66,9 +64,10 @@ def offer_from_pb(caps: re_pb2.ServerCapabilities) -> ServerOffer:
     cache_fns = _functions(list(cache.digest_functions), others)
     exec_values = list(ex.digest_functions) or ([ex.digest_function] if ex.digest_function else [])
     exec_fns = _functions(exec_values, others)
-    if not cache_fns and caps.HasField("cache_capabilities"):
-        # A server from before digest_functions existed (REAPI < 2.0 style): SHA256.
-        cache_fns = (DigestFunction.SHA256,) if not others else ()
+    if not cache_fns and not others:
+        # A server that lists no cache functions hashes as it executes, or (the spec's
+        # default for an unset field) with SHA256.
+        cache_fns = exec_fns or (DigestFunction.SHA256,)
     return ServerOffer(
         cache_functions=cache_fns,
         exec_functions=exec_fns,
