@@ -460,7 +460,7 @@ class JobDriver:
             if inflight is not None:
                 job_id: int = await asyncio.shield(inflight)
                 return job_id
-        prov = self._shared(tuple(sorted(provenance.items())))  # owner: user, parent job
+        manifest, prov = self._shared.submission(manifest, provenance)  # owner: user, parent
         event = Submit(manifest=manifest, provenance=prov, user=owner[0], parent=owner[1])
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if request_id is not None:

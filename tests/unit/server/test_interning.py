@@ -15,3 +15,24 @@ def test_equal_values_are_kept_once_and_the_table_stays_bounded() -> None:
         assert shared((i,)) == (i,)
     assert len(shared._seen) <= 3
     assert shared(b) == a
+
+
+def test_submissions_alike_share_their_parts_and_keep_their_values() -> None:
+    from rbs.model import JobManifest, Resources
+
+    shared = Interner()
+
+    def manifest(name: str) -> JobManifest:
+        return JobManifest(
+            name=name,
+            command=tuple(["sh", "-c", "true"]),
+            resources=Resources(cpu_millis=100),
+            env=(("A", "1"),),
+        )
+
+    a, prov_a = shared.submission(manifest("a"), {"name": "flag --name", "cpu": "flag --cpus"})
+    b, prov_b = shared.submission(manifest("b"), {"cpu": "flag --cpus", "name": "flag --name"})
+    assert (a.name, b.name) == ("a", "b")
+    assert a.command is b.command and a.resources is b.resources
+    assert b == manifest("b") and prov_a is prov_b
+    assert prov_a == (("cpu", "flag --cpus"), ("name", "flag --name"))
