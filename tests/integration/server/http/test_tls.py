@@ -47,11 +47,20 @@ def test_a_worker_and_a_jobs_client_that_trust_the_certificate_run_a_job(
 ) -> None:
     monkeypatch.setenv(TLS_CA_ENV, str(certs[0]))  # what --tls-ca FILE sets
     cluster.add_worker(cluster.data_dir.parent / "w1")  # its Workers stream over TLS
+    inputs = cluster.data_dir.parent / "inputs"
+    inputs.mkdir()
+    (inputs / "big.bin").write_bytes(bytes(range(256)) * 8192)  # 2 MiB: PUT by sendfile
+    (inputs / "small.txt").write_text("small\n")  # in a batch
     with JobsClient(cluster.address) as client:
-        job = client.submit(["sh", "-c", "echo over-tls"])
+        job = client.submit(
+            ["sh", "-c", "echo over-tls; wc -c < big.bin; cat small.txt"],
+            inputs=["big.bin", "small.txt"],
+            cwd=inputs,
+        )
         info = client.wait(job, timeout=120)
         assert info.state == "COMPLETED"
-        assert [ln.text for ln in client.logs(job) if ln.stream == "out"] == ["over-tls"]
+        out = [ln.text.strip() for ln in client.logs(job) if ln.stream == "out"]
+        assert out == ["over-tls", str(256 * 8192), "small"]
 
 
 def test_grpc_over_tls_stores_and_reads_a_blob(
