@@ -62,7 +62,6 @@ def build_options(
     from rbs.cli.remote_build import remote_backend_from_context
 
     backend = remote_backend_from_context()
-    from rbs.build.select import BuildConfig
     from rbs.cli.build_config import resolve_settings
 
     ctx = click.get_current_context(silent=True)
@@ -79,7 +78,7 @@ def build_options(
         listener=make_progress(plain),
         backend=backend,
         output_groups=_output_groups(output_groups),
-        config=BuildConfig(defines=tuple(settings.defines), flags=tuple(settings.flags)),
+        config=settings.config,
     )
 
 

@@ -46,14 +46,24 @@ def main(argv: list[str]) -> int | None:
             from rbs.build.workspace import find_root
 
             root = find_root(Path.cwd())
+            extra: list[str] = []
+            warnings: list[str] = []
             if (root / ".bazelrc").exists():
-                return None  # its options may change the request: the full command reads them
+                # Its --define lines are part of the request, keyed as run_build keys them.
+                from rbs.build.flags import rc_settings
+
+                settings = rc_settings(root, "build")
+                key = settings.config.key()
+                extra = [f"--config:{key}"] if key else []
+                warnings = settings.warnings
             rel = Path.cwd().resolve().relative_to(root).as_posix()
             cwd = "" if rel == "." else rel
             request = request_key(
-                [str(parse_pattern(p, cwd_package=cwd)) for p in patterns], "", "build"
+                [*(str(parse_pattern(p, cwd_package=cwd)) for p in patterns), *extra], "", "build"
             )
             if BuildState.load(root).is_noop(request):
+                for w in warnings:
+                    print(f"rbs: {w}", file=sys.stderr)
                 print(f"rbs: up to date ({time.monotonic() - started:.2f}s)", file=sys.stderr)
                 return 0
         except Exception:  # any doubt: the full command decides and reports

@@ -42,6 +42,16 @@ def test_bazelrc_configs_defines_and_unknown_flags(ws: Path) -> None:
     mode = ws / "rbs-out/bin/p/mode.out"
     assert mode.read_text() == "input\nfast input\nfast linux\n"
     assert not (ws / "rbs-out/bin/p/manual.out").exists()
+    # A no-op is still answered before click is imported, with the rc file read.
+    timed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "rbs", "build", "//..."],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "up to date" in timed.stderr and "| click" not in timed.stderr
     r = rbs(ws, "build", "--config=flavored", "//...")
     assert r.returncode == 0, r.stderr
     assert mode.read_text() == "input\nfast input\nfast-and-sweet linux\n"
