@@ -32,6 +32,7 @@ from rbs.executor.cgroup_base import (
 log = logging.getLogger(__name__)
 
 CPU_PERIOD_US = 100_000
+KERNEL_PERIOD_US = 100_000  # cpu.cfs_period_us of a new group
 CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 
 
@@ -129,7 +130,8 @@ def configure_v1(fs: CgroupFs, groups: Mapping[str, Path], limits: Limits) -> No
             fs.write(memsw, str(limits.memory_bytes))
     cpu = groups.get("cpu")
     if limits.cpus is not None and cpu is not None:
-        fs.write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+        if CPU_PERIOD_US != KERNEL_PERIOD_US:  # a new group has the kernel's default
+            fs.write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
         fs.write(cpu / "cpu.cfs_quota_us", str(limits.cpu_quota_us(CPU_PERIOD_US)))
     pids = groups.get("pids")
     if limits.pids_max is not None and pids is not None:

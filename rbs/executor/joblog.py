@@ -84,13 +84,25 @@ class LogSpool:
             self._fd = -1
             self._next = self._last_complete() + 1
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        try:
+            self._fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:  # its folder first (usually there: one call saved)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, flags, 0o644)
         try:
             self._next = self._recover() + 1
         except BaseException:
             os.close(self._fd)
             raise
+
+    def reader(self) -> LogSpool:
+        """A read-only view of this spool as it is now, for when another process appends
+        from here on; no I/O."""
+        view = object.__new__(LogSpool)
+        view.path, view.writable, view._lock = self.path, False, threading.Lock()
+        view._fd, view._next = -1, self.next_seq
+        return view
 
     def _last_complete(self) -> int:
         try:
