@@ -196,8 +196,7 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
     """Folders, inputs, first notes (blocking; call on a thread): the spec to start, or
     the result of a run that cannot start."""
     lease, dirs = run.lease, run.dirs
-    dirs.root.mkdir(parents=True, exist_ok=True)
-    spool = run.spool = LogSpool(dirs.spool)
+    spool = run.spool = LogSpool(dirs.spool)  # makes the run's folder
 
     def note(text: str) -> None:
         sink(spool.append([(LogStream.SYS, text, True)]))
@@ -239,7 +238,7 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
         return RunResult(problem=f"cannot prepare the job: {e}", function=fn)
     # The supervisor appends from here on; this side only reads until the run exits.
     spool.close()
-    run.spool = LogSpool(dirs.spool, writable=False)
+    run.spool = spool.reader()
     return spec
 
 
@@ -266,7 +265,6 @@ def run_spec(run: LeaseRun, spec: JobSpec) -> RunSpec:
 
 def finish(run: LeaseRun, store: BlobStore, exited: Exited, sink: LogSink) -> RunResult:
     """Store the outputs and checkpoint of an exited run and note it in its log."""
-    spool = run.spool = LogSpool(run.dirs.spool)
     trees = CollectedTrees()
     if run.outputs or run.checkpoint_dir:
         try:
@@ -282,6 +280,9 @@ def finish(run: LeaseRun, store: BlobStore, exited: Exited, sink: LogSink) -> Ru
             trees = CollectedTrees(notes=(f"storing the job's outputs failed: {e}",))
     if trees.notes:
         try:
+            if run.spool is not None:
+                run.spool.close()
+            spool = run.spool = LogSpool(run.dirs.spool)  # the supervisor has let go of it
             sink(spool.append([(LogStream.SYS, text, True) for text in trees.notes]))
         except OSError as e:  # a full work dir: the job's own lines are all in already
             log.warning("lease %s: notes not logged (%s): %s", run.lease_id, e, trees.notes)
