@@ -91,6 +91,9 @@ def test_many_concurrent_calls_on_one_connection_all_complete(cluster: JobCluste
     n = LIMITS.max_concurrent_streams + 50
     with unlimited(cluster.address) as ch:
         stub = re_grpc.ContentAddressableStorageStub(ch)
+        # One call first: the client then holds the server's SETTINGS (the stream limit);
+        # before them it may open more streams than allowed, which the server refuses.
+        stub.FindMissingBlobs(re_pb2.FindMissingBlobsRequest(), timeout=60)
         futures = [
             stub.FindMissingBlobs.future(re_pb2.FindMissingBlobsRequest(), timeout=120)
             for _ in range(n)
