@@ -105,11 +105,14 @@ def rc_settings(
     configs: Sequence[str] = (),
     ignore_rc: bool = False,
     defines: Sequence[str] = (),
+    settings: Sequence[str] = (),
 ) -> Settings:
-    """The settings of `rbs COMMAND`: rc file options first, then `--define`s given on
-    the command line (a later value wins, as in Bazel)."""
+    """The settings of `rbs COMMAND`: rc file options first, then the `--define`s and
+    `--//pkg:flag=value` build settings given on the command line (a later value wins,
+    as in Bazel)."""
     s = Settings()
     rc = rc_args(root, command, bazelrc=bazelrc, configs=configs, ignore_rc=ignore_rc)
     apply_args(s, [(a.text, a.source) for a in rc])
     apply_args(s, [(f"--define={d}", "--define") for d in defines])
+    apply_args(s, [(w, "the command line") for w in settings])
     return s

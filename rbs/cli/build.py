@@ -91,6 +91,13 @@ def _output_groups(values: tuple[str, ...]) -> tuple[str, ...]:
         raise click.BadParameter(str(e), param_hint="--output_groups") from None
 
 
+def _settings_args(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Patterns without the `--//pkg:flag=value` build settings among them."""
+    from rbs.cli.build_config import split_settings
+
+    return split_settings(ctx, value)
+
+
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
         "-j", "--jobs", type=int, default=None, help="Actions to run at once (default: cores)."
@@ -123,8 +130,8 @@ def _summary(result: Any, started: float) -> None:
     )
 
 
-@click.command("build")
-@click.argument("patterns", nargs=-1, required=True)
+@click.command("build", context_settings={"ignore_unknown_options": True})
+@click.argument("patterns", nargs=-1, required=True, callback=_settings_args)
 @_common
 @click.option(
     "--output_groups",
@@ -184,8 +191,8 @@ def build(
                 click.echo(f"  {result.manifests[label]}", err=True)
 
 
-@click.command("test")
-@click.argument("patterns", nargs=-1, required=True)
+@click.command("test", context_settings={"ignore_unknown_options": True})
+@click.argument("patterns", nargs=-1, required=True, callback=_settings_args)
 @_common
 @click.option(
     "--test-timeout",

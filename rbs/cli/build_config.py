@@ -51,6 +51,24 @@ def config_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def split_settings(ctx: click.Context, words: tuple[str, ...]) -> tuple[str, ...]:
+    """Take `--//pkg:flag=value` (and `--no//pkg:flag`) build settings out of the
+    patterns; any other word that looks like an option is an unknown option."""
+    settings: list[str] = []
+    patterns: list[str] = []
+    for w in words:
+        if w.startswith(("--//", "--@", "--no//")):
+            settings.append(w)
+        elif w.startswith("-") and w != "-":
+            raise click.NoSuchOption(w.split("=", 1)[0], ctx=ctx)
+        else:
+            patterns.append(w)
+    if not patterns:
+        raise click.UsageError("give at least one target pattern, e.g. //...", ctx=ctx)
+    ctx.meta[f"{_KEY}.settings"] = tuple(settings)
+    return tuple(patterns)
+
+
 def resolve_settings(command: str) -> Settings:
     """Merge rc files and command-line options for `rbs COMMAND` (build, test, run)."""
     from rbs.build.bazelrc import RcError
@@ -67,6 +85,7 @@ def resolve_settings(command: str) -> Settings:
             configs=tuple(meta.get(f"{_KEY}.config") or ()),
             ignore_rc=bool(meta.get(f"{_KEY}.ignore_rc")),
             defines=tuple(meta.get(f"{_KEY}.define") or ()),
+            settings=tuple(meta.get(f"{_KEY}.settings") or ()),
         )
     except RcError as e:
         raise click.UsageError(str(e)) from None

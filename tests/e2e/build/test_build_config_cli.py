@@ -121,3 +121,22 @@ def test_outputs_are_byte_identical_to_bazels(ws: Path, tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         for rel in OUTPUTS:
             assert (ws / "rbs-out/bin" / rel).read_bytes() == got[config, rel], (config, rel)
+
+
+def test_build_settings_on_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "WORKSPACE").touch()
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s/BUILD").write_text(
+        'load("@bazel_skylib//rules:common_settings.bzl", "string_flag")\n'
+        'string_flag(name = "color", build_setting_default = "red")\n'
+        'config_setting(name = "blue", flag_values = {":color": "blue"})\n'
+        'genrule(name = "g", outs = ["g.txt"],\n'
+        '    cmd = select({":blue": "echo blue > $@", "//conditions:default": "echo red > $@"}))\n'
+    )
+    out = tmp_path / "rbs-out/bin/s/g.txt"
+    assert rbs(tmp_path, "build", "//s:g").returncode == 0 and out.read_text() == "red\n"
+    r = rbs(tmp_path, "build", "--//s:color=blue", "//s:g")
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == "blue\n"
+    r = rbs(tmp_path, "build", "--frobnicate", "//s:g")
+    assert r.returncode == 2 and "No such option '--frobnicate'" in r.stderr
