@@ -59,6 +59,7 @@ class ActionHooks:
         *,
         sibling: dict[str, Any] | None = None,
         predeclared: bool = False,
+        directory: bool = False,
     ) -> File:
         pkg = cur.target.label.package
         if (
@@ -89,16 +90,27 @@ class ActionHooks:
             raise ValueError(
                 f"declare_file: {short!r} is already an output of {self.actions[owner].owner}"
             )
-        f = File(path=path, short_path=short, is_source=False, owner=str(cur.target.label))
+        f = File(
+            path=path,
+            short_path=short,
+            is_source=False,
+            owner=str(cur.target.label),
+            is_directory=directory,
+        )
         cur.declared[path] = f
         if predeclared:
             cur.predeclared.append(f)
         return f
 
-    def ctx_declare(self, filename: str, sibling: Any = None) -> dict[str, Any]:
+    def ctx_declare(
+        self, filename: str, sibling: Any = None, directory: bool = False
+    ) -> dict[str, Any]:
         assert self._cur is not None
         return self._declare(
-            self._cur, filename, sibling=sibling if isinstance(sibling, dict) else None
+            self._cur,
+            filename,
+            sibling=sibling if isinstance(sibling, dict) else None,
+            directory=bool(directory),
         ).to_starlark()
 
     def _files_from(
@@ -160,6 +172,12 @@ class ActionHooks:
             outs.append(f)
         if not outs:
             raise ValueError("an action needs at least one output")
+        if kind in ("write", "copy", "template") and outs[0].is_directory:
+            api = {"copy": "symlink", "template": "expand_template"}.get(kind, kind)
+            raise ValueError(
+                f"ctx.actions.{api}: the output {outs[0].short_path!r} is a directory "
+                "(declare_directory); only run and run_shell can create a directory"
+            )
         inputs, links = self._files_from(kw.get("inputs") or [], cur)
         tool_files, tool_links = self._files_from(kw.get("tools") or [], cur, tools=True)
         mnemonic = str(kw.get("mnemonic") or "Action")
@@ -250,6 +268,8 @@ class ActionHooks:
             executable_outputs=tuple(
                 File.from_starlark(f).path for f in _flatten(kw.get("executable_outputs") or [])
             ),
+            output_dirs=tuple(f.path for f in outs if f.is_directory),
+            input_dirs=tuple(sorted({f.path for f in (*inputs, *tool_files) if f.is_directory})),
         )
         self._register(cur, spec)
 

@@ -466,6 +466,11 @@ class Analyzer(ActionHooks, AspectHooks):
                 progress=f"Testing {target.label}",
                 is_test=True,
                 timeout_s=test_timeout(target.attrs.get("size"), target.attrs.get("timeout")),
+                input_dirs=tuple(
+                    sorted(
+                        {f.path for f in (*runfiles, *(f for _, f in rf_links)) if f.is_directory}
+                    )
+                ),
             )
         )
 

@@ -11,6 +11,7 @@ from rbs.build.engine import Backend, BackendOutcome, OutputRef, out_path
 from rbs.build.graph import CONFIG_BIN_DIRS, ActionSpec
 from rbs.build.reapi import FUNCTION, prepare
 from rbs.build.runner import ActionResultCache, ActionRunner, LocalActionCache, LocalRunner
+from rbs.build.trees import expand_argv, expand_input_dirs, publish_dir, root_of
 from rbs.cas.errors import CasError
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry
@@ -56,6 +57,9 @@ class StoreBackend(Backend):
     def export(self, digest: Digest, dest: Path, executable: bool) -> None:
         self.store.export_file(digest, dest, executable=executable, link=True)
 
+    def export_tree(self, root: Digest, dest: Path) -> None:
+        publish_dir(self.store, root, dest)
+
     def _ensure_source(self, path: str, digest: Digest) -> None:
         """Put an input into the store: a source file, or a generated file whose blob the
         store evicted since (the published copy under rbs-out/ still has the bytes)."""
@@ -84,7 +88,8 @@ class StoreBackend(Backend):
                 )
             )
         for path, (d, _x) in inputs.items():
-            self._ensure_source(path, d)
+            if path not in spec.input_dirs:  # a tree artifact's Directory is in the store
+                self._ensure_source(path, d)
         if spec.kind == "template":
             from rbs.build.actions import expand_template_text
 
@@ -105,16 +110,24 @@ class StoreBackend(Backend):
                     ),
                 )
             )
-        entries = {p: TreeEntry(digest=d, executable=x) for p, (d, x) in inputs.items()}
+        entries: dict[str, TreeEntry | None] = {
+            p: TreeEntry(digest=d, executable=x) for p, (d, x) in inputs.items()
+        }
         for dest, src in spec.links:
             d, x = inputs[src]
             entries[dest] = TreeEntry(digest=d, executable=x)
+        if spec.input_dirs:
+            dirs = {p: inputs[p][0] for p in spec.input_dirs}
+            listing = expand_input_dirs(self.store, entries, dirs, spec.links)
+            spec = dataclasses.replace(spec, argv=expand_argv(spec.argv, listing))
         function = FUNCTION
         if self.bridge is not None:
             function = self.bridge.remote
-            twins = self.bridge.to_remote(e.digest for e in entries.values() if e.digest)
+            twins = self.bridge.to_remote(
+                e.digest for e in entries.values() if e is not None and e.digest
+            )
             entries = {
-                p: dataclasses.replace(e, digest=twins[e.digest]) if e.digest else e
+                p: dataclasses.replace(e, digest=twins[e.digest]) if e and e.digest else e
                 for p, e in entries.items()
             }
         prepared = prepare(self.store, spec, entries, function=function)
@@ -140,10 +153,21 @@ class StoreBackend(Backend):
                     f"  command: {shlex.join(spec.argv)}"
                 )
             return BackendOutcome(error=msg, exit_code=res.exit_code, log=log)
+        if res.dirs and self.bridge is not None and not self.bridge.identity:
+            return BackendOutcome(
+                error="tree artifacts (declare_directory) need a server that offers the "
+                "build's digest function (BLAKE3); use --digest-function=blake3 with an rbs "
+                "server, or build this target locally",
+                log=log,
+            )
         if not cached:
             self.cache.put(prepared, res)
         marked = set(spec.executable_outputs)
         bridge = self.bridge
+        dir_refs = tuple(
+            OutputRef(path=d.path, digest=root_of(self.store, d), executable=False, is_dir=True)
+            for d in res.dirs
+        )
         outs = tuple(
             OutputRef(
                 path=o.path,
@@ -152,7 +176,7 @@ class StoreBackend(Backend):
             )
             for o in res.outputs
         )
-        return BackendOutcome(outputs=outs, cached=cached, log=log)
+        return BackendOutcome(outputs=outs + dir_refs, cached=cached, log=log)
 
 
 def local_backend(root: Path, *, store_dir: Path | None = None) -> StoreBackend:

@@ -297,7 +297,7 @@ class Engine:
             return "failed", outcome.error
         produced = tuple((o.path, str(o.digest), o.executable) for o in outcome.outputs)
         for path, text, exe in produced:
-            self._publish(path, Digest.parse(text), exe)
+            self._publish(path, Digest.parse(text), exe, is_dir=path in spec.output_dirs)
         with self._lock:
             for path, text, exe in produced:
                 digests[path] = (Digest.parse(text), exe)
@@ -322,10 +322,19 @@ class Engine:
                 return False  # another action (another configuration) wrote it since
         return True
 
-    def _publish(self, exec_path: str, digest: Digest, executable: bool) -> None:
+    def _publish(
+        self, exec_path: str, digest: Digest, executable: bool, *, is_dir: bool = False
+    ) -> None:
         rel = out_path(exec_path)
         dest = self.root / rel
         parent = str(dest.parent)
+        if is_dir:
+            # A tree artifact: laid out whole under rbs-out/, replacing an older one.
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            self.backend.export_tree(digest, dest)
+            with self._lock:
+                self.state.published[rel] = out_key(dest)
+            return
         if parent not in self._made_dirs:
             dest.parent.mkdir(parents=True, exist_ok=True)
             self._made_dirs.add(parent)
@@ -364,6 +373,10 @@ class Backend:
     def export(self, digest: Digest, dest: Path, executable: bool) -> None:
         raise NotImplementedError
 
+    def export_tree(self, root: Digest, dest: Path) -> None:
+        """Lay out a stored directory (a tree artifact) at dest."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Called once when the build is done."""
 
@@ -387,3 +400,4 @@ class OutputRef:
     path: str
     digest: Digest
     executable: bool
+    is_dir: bool = False  # a tree artifact: digest is its root Directory

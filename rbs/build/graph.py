@@ -49,6 +49,7 @@ class File:
     short_path: str
     is_source: bool
     owner: str  # label of the target that owns (or generates) the file
+    is_directory: bool = False  # a tree artifact (ctx.actions.declare_directory)
 
     @property
     def basename(self) -> str:
@@ -57,13 +58,20 @@ class File:
     def to_starlark(self) -> dict[str, Any]:
         # Compact on purpose: starlark-pyo3 converts every element separately, so a
         # four-item list crosses far faster than a dict of nine fields.
-        return {"_f": [self.path, self.short_path, self.is_source, self.owner]}
+        f: list[Any] = [self.path, self.short_path, self.is_source, self.owner]
+        if self.is_directory:
+            f.append(True)
+        return {"_f": f}
 
     @classmethod
     def from_starlark(cls, d: Mapping[str, Any]) -> File:
-        path, short_path, is_source, owner = d["_f"]
+        path, short_path, is_source, owner = d["_f"][:4]
         return cls(
-            path=str(path), short_path=str(short_path), is_source=bool(is_source), owner=str(owner)
+            path=str(path),
+            short_path=str(short_path),
+            is_source=bool(is_source),
+            owner=str(owner),
+            is_directory=len(d["_f"]) > 4 and bool(d["_f"][4]),
         )
 
 
@@ -92,6 +100,9 @@ class ActionSpec:
     progress: str = ""
     is_test: bool = False
     timeout_s: int = 0  # 0: no limit (build actions); tests get one from size/timeout
+    # Tree artifacts: which outputs and inputs are directories (their files, not one blob).
+    output_dirs: tuple[str, ...] = ()
+    input_dirs: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return self.progress or f"{self.mnemonic} {self.owner}"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from rbs.build.graph import ActionSpec
 from rbs.build.protos import re_pb2
+from rbs.build.trees import OutputDir
 from rbs.cas.digests import digest_from_pb, digest_to_pb
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry, build_tree
@@ -47,6 +48,7 @@ class ExecResult:
     stderr: bytes = b""
     cached: bool = False
     missing: tuple[str, ...] = ()  # declared outputs the action did not create
+    dirs: tuple[OutputDir, ...] = ()  # output directories (tree artifacts)
 
 
 def _platform() -> re_pb2.Platform:
@@ -63,7 +65,7 @@ def _rel(path: str, workdir: str) -> str:
 def prepare(
     store: BlobStore,
     spec: ActionSpec,
-    inputs: Mapping[str, TreeEntry],
+    inputs: Mapping[str, TreeEntry | None],
     *,
     function: DigestFunction = FUNCTION,
 ) -> PreparedAction:
@@ -71,7 +73,10 @@ def prepare(
     `function` is the server's digest function (the inputs' digests must use it too)."""
     cmd = re_pb2.Command(
         arguments=list(spec.argv),
-        output_files=sorted(_rel(p, spec.working_directory) for p in spec.outputs),
+        output_files=sorted(
+            _rel(p, spec.working_directory) for p in spec.outputs if p not in spec.output_dirs
+        ),
+        output_directories=sorted(_rel(p, spec.working_directory) for p in spec.output_dirs),
         working_directory=spec.working_directory,
         platform=_platform(),
     )
@@ -83,6 +88,8 @@ def prepare(
         parent = out.rpartition("/")[0]
         if parent and parent not in entries:
             entries[parent] = None
+    for out in spec.output_dirs:
+        entries[out] = None  # a tree artifact's folder exists before the command, as in Bazel
     if spec.working_directory and spec.working_directory not in entries:
         entries[spec.working_directory] = None
     minimal = _minimal(entries)
@@ -122,6 +129,10 @@ def to_result(res: ExecResult, workdir: str = "") -> re_pb2.ActionResult:
         ar.output_files.add(
             path=_rel(o.path, workdir), digest=digest_to_pb(o.digest), is_executable=o.executable
         )
+    for d in res.dirs:
+        od = ar.output_directories.add(path=_rel(d.path, workdir), tree_digest=digest_to_pb(d.tree))
+        if d.root is not None:
+            od.root_directory_digest.CopyFrom(digest_to_pb(d.root))
     return ar
 
 
@@ -134,10 +145,21 @@ def from_result(ar: re_pb2.ActionResult, workdir: str = "", *, cached: bool = Fa
         )
         for f in ar.output_files
     )
+    dirs = tuple(
+        OutputDir(
+            path=f"{workdir}/{d.path}" if workdir else d.path,
+            tree=digest_from_pb(d.tree_digest, FUNCTION),
+            root=digest_from_pb(d.root_directory_digest, FUNCTION)
+            if d.root_directory_digest.hash
+            else None,
+        )
+        for d in ar.output_directories
+    )
     return ExecResult(
         exit_code=ar.exit_code,
         outputs=outs,
         stdout=ar.stdout_raw,
         stderr=ar.stderr_raw,
         cached=cached,
+        dirs=dirs,
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 from rbs.build.execroot import ExecRoot
 from rbs.build.protos import re_pb2
 from rbs.build.reapi import ExecResult, OutputFile, PreparedAction, from_result, to_result
+from rbs.build.trees import OutputDir, store_output_dir
 from rbs.cas.store import BlobStore
 from rbs.cas.tree import TreeEntry, materialize
 from rbs.model import Digest
@@ -66,7 +67,7 @@ class LocalActionCache(ActionResultCache):
         except Exception:  # a torn or foreign file is a miss, never an error
             return None
         res = from_result(ar, action.spec.working_directory, cached=True)
-        if self.store.find_missing([o.digest for o in res.outputs]):
+        if self.store.find_missing([o.digest for o in res.outputs] + [d.tree for d in res.dirs]):
             return None
         return res
 
@@ -226,8 +227,21 @@ class LocalRunner(ActionRunner):
             # In the action's function: under --remote-cache-only that is the server's.
             digest = self.store.put_file(p, function=action.digest.function)
             outputs.append(OutputFile(path=full, digest=digest, executable=executable))
+        dirs: list[OutputDir] = []
+        for rel in cmd.output_directories:
+            p = cwd / rel
+            full = f"{cmd.working_directory}/{rel}" if cmd.working_directory else rel
+            if p.is_symlink() or not p.is_dir():
+                missing.append(full)
+                continue
+            dirs.append(store_output_dir(self.store, p, full, action.digest.function))
         return ExecResult(
-            exit_code=code, outputs=tuple(outputs), stdout=out, stderr=err, missing=tuple(missing)
+            exit_code=code,
+            outputs=tuple(outputs),
+            stdout=out,
+            stderr=err,
+            missing=tuple(missing),
+            dirs=tuple(dirs),
         )
 
 

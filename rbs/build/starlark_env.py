@@ -45,7 +45,9 @@ NATIVES_NAME = "<rbs natives>"
 class ImplHooks(Protocol):
     """What `ctx.actions` calls while a rule implementation runs (the analyser)."""
 
-    def ctx_declare(self, filename: str, sibling: Any = None) -> dict[str, Any]: ...
+    def ctx_declare(
+        self, filename: str, sibling: Any = None, directory: bool = False
+    ) -> dict[str, Any]: ...
     def ctx_action(self, kind: str, outputs: Any, **kw: Any) -> None: ...
     def ctx_expand(
         self, text: str, vars: dict[str, str], targets: list[Any], attribute: str

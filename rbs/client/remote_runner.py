@@ -32,6 +32,7 @@ import grpc
 from rbs.build.backend import StoreBackend
 from rbs.build.reapi import ExecResult, OutputFile, PreparedAction, to_result
 from rbs.build.runner import ActionResultCache, ActionRunner, LocalRunner
+from rbs.build.trees import OutputDir
 from rbs.cas.store import BlobStore
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.model import Digest, DigestFunction
@@ -122,6 +123,7 @@ class RemoteRunner(ActionRunner):
                 stdout=res.stdout,
                 stderr=res.stderr + note,
                 missing=res.missing,
+                dirs=res.dirs,
             )
         return res
 
@@ -142,8 +144,15 @@ def _to_exec_result(
         )
         for f in ar.output_files
     )
-    got = {o.path for o in outputs}
-    declared = [f"{wd}/{p}" if wd else p for p in action.command.output_files]
+    dirs = tuple(
+        OutputDir(path=f"{wd}/{d.path}" if wd else d.path, tree=d.tree_digest, root=d.root_digest)
+        for d in ar.output_directories
+    )
+    got = {o.path for o in outputs} | {d.path for d in dirs}
+    declared = [
+        f"{wd}/{p}" if wd else p
+        for p in (*action.command.output_files, *action.command.output_directories)
+    ]
     return ExecResult(
         exit_code=ar.exit_code,
         outputs=outputs,
@@ -151,6 +160,7 @@ def _to_exec_result(
         stderr=_stream(store, ar.stderr_raw, ar.stderr_digest),
         cached=cached,
         missing=tuple(p for p in declared if p not in got),
+        dirs=dirs,
     )
 
 

@@ -55,6 +55,15 @@ class RemoteOutputFile:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteOutputDirectory:
+    """One output directory of a result: its Tree message (and root, when the server says)."""
+
+    path: str
+    tree_digest: Digest
+    root_digest: Digest | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RemoteActionResult:
     """An ActionResult as a REAPI server answers it: each stream inline, by digest, or both."""
 
@@ -64,6 +73,7 @@ class RemoteActionResult:
     stderr_raw: bytes = b""
     stdout_digest: Digest | None = None
     stderr_digest: Digest | None = None
+    output_directories: tuple[RemoteOutputDirectory, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +114,16 @@ def read_action_result(ar: re_pb2.ActionResult, function: DigestFunction) -> Rem
                 is_executable=f.is_executable,
             )
             for f in ar.output_files
+        ),
+        output_directories=tuple(
+            RemoteOutputDirectory(
+                path=d.path,
+                tree_digest=digest_from_pb(d.tree_digest, function),
+                root_digest=digest_from_pb(d.root_directory_digest, function)
+                if d.root_directory_digest.hash
+                else None,
+            )
+            for d in ar.output_directories
         ),
         stdout_raw=ar.stdout_raw,
         stderr_raw=ar.stderr_raw,

@@ -93,7 +93,7 @@ def test_fail_inside_the_prelude_points_at_the_users_call(make_ws: MakeWs) -> No
         {
             "p/defs.rbs": (
                 "def _impl(ctx):\n"
-                '    ctx.actions.declare_directory("d")\n'
+                '    ctx.runfiles(root_symlinks = {"x": "not a file"})\n'
                 "    return []\n"
                 "r = rule(implementation = _impl)\n"
             ),
@@ -101,7 +101,7 @@ def test_fail_inside_the_prelude_points_at_the_users_call(make_ws: MakeWs) -> No
         }
     )
     e = error_of(root)
-    assert "declare_directory is not supported" in e.message and "p/BUILD:3:1" in e.message
+    assert "must map to a File" in e.message and "p/BUILD:3:1" in e.message
     assert e.location is not None and (e.location.file, e.location.line) == ("p/defs.rbs", 2)
     assert PRELUDE_NAME not in e.render()
 
