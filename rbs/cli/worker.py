@@ -87,6 +87,12 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
     "on this --work-dir re-attaches to them (they stop if the lease lapses first).",
 )
 @click.option(
+    "--run-uids",
+    metavar="FIRST-LAST",
+    help="Run each job and build action as its own uid from this range, e.g. 200000-265535 "
+    "(as root; README: Runs and credentials) [default: as the worker's own user].",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help='Write {"worker_id": ..., "pid": ...} as JSON here once registered.',
@@ -110,10 +116,12 @@ def worker(
     address: str,
     reconnect_timeout: float,
     leave_jobs_running: bool,
+    run_uids: str | None,
     ready_file: Path | None,
     log_level: str,
 ) -> None:
     """Run a worker: register with the server and run the build actions it leases."""
+    from rbs.executor.runuser import setup as run_users
     from rbs.executor.worker import WorkerConfig, WorkerError
     from rbs.units import parse_size
 
@@ -121,9 +129,10 @@ def worker(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        work_dir = work_dir or _rbs_home() / "worker"
         config = WorkerConfig(
             server=server,
-            work_dir=work_dir or _rbs_home() / "worker",
+            work_dir=work_dir,
             token=os.environ.get("RBS_REMOTE_TOKEN") or None,
             name=name,
             address=address,
@@ -134,6 +143,7 @@ def worker(
             job_slots=job_slots,
             reconnect_timeout_s=reconnect_timeout,
             leave_jobs_running=leave_jobs_running,
+            run_users=run_users(run_uids, work_dir),
             cache_max_bytes=(
                 parse_size(max_cache_size, "--max-cache-size") if max_cache_size else None
             ),

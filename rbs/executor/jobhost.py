@@ -59,6 +59,7 @@ from rbs.executor.jobrun import (
     report,
 )
 from rbs.executor.jobship import LogShipper, StartReports, thread_sink
+from rbs.executor.runuser import RunUsers
 from rbs.executor.supervisor_client import SupervisorClient
 from rbs.executor.supervisor_proto import (
     Exited,
@@ -110,6 +111,7 @@ class JobHost:
         prefetch: Callable[[Digest], None] | None = None,
         grace_s: float = DEFAULT_GRACE_S,
         env: Mapping[str, str] | None = None,
+        users: RunUsers | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError(f"a job host needs at least one job slot, got {slots}")
@@ -117,7 +119,7 @@ class JobHost:
         self.backend = backend  # the kind the supervisor detects too
         self.slots = slots
         self.setup = HostSetup(
-            store=store, hostname=hostname, grace_s=grace_s, env=env, prefetch=prefetch
+            store=store, hostname=hostname, grace_s=grace_s, env=env, prefetch=prefetch, users=users
         )
         # The supervisor detects the same kind of cgroup backend the daemon did.
         self.supervisor = SupervisorClient(
@@ -164,7 +166,7 @@ class JobHost:
         if not attached:
             if not self._runs:  # the fresh supervisor killed what was left there
                 jobfiles.remove(self.root)
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o711, parents=True, exist_ok=True)  # runs list nothing
             return
         runs = (await self.supervisor.list_runs()).runs
         for info in runs:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from rbs.executor.jobfiles import CollectedTrees, RunDirs
 from rbs.executor.joblog import LogSink, LogSpool, LogSpoolError
 from rbs.executor.jobship import LogShipper
 from rbs.executor.jobspec import JobOutcome, JobSpec
+from rbs.executor.runuser import RunUsers, as_spec
 from rbs.executor.supervisor_proto import Exited, RunInfo, RunSpec
 from rbs.model import (
     DEFAULT_FUNCTION,
@@ -180,6 +182,7 @@ class HostSetup:
     grace_s: float
     env: Mapping[str, str] | None = None
     prefetch: Callable[[Any], None] | None = None
+    users: RunUsers | None = None  # runs under uids of their own (rbs.executor.runuser)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,6 +200,9 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
     the result of a run that cannot start."""
     lease, dirs = run.lease, run.dirs
     spool = run.spool = LogSpool(dirs.spool)  # makes the run's folder
+    if host.users is not None:  # the run may pass through, not read its log or list
+        os.chmod(dirs.spool, 0o600)
+        os.chmod(dirs.root, 0o711)
 
     def note(text: str) -> None:
         sink(spool.append([(LogStream.SYS, text, True)]))
@@ -228,7 +234,7 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
                 f"time limit {format_duration(manifest.time_limit)}, enforced by the scheduler: "
                 f"SIGTERM, then SIGKILL {host.grace_s:g}s later"
             )
-        spec = run_spec(run, job_spec(lease, manifest, dirs, host))
+        spec = run_spec(run, job_spec(lease, manifest, dirs, host), host.users)
     except OSError as e:
         if e.errno == errno.ENOSPC:
             where = f"the worker's work dir {dirs.root.parent.parent} is full"
@@ -242,7 +248,7 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
     return spec
 
 
-def run_spec(run: LeaseRun, spec: JobSpec) -> RunSpec:
+def run_spec(run: LeaseRun, spec: JobSpec, users: RunUsers | None = None) -> RunSpec:
     """The supervisor's view of a job process."""
     task = f" task {spec.task_id}" if spec.task_id is not None else ""
     return RunSpec(
@@ -260,6 +266,7 @@ def run_spec(run: LeaseRun, spec: JobSpec) -> RunSpec:
         grace_s=spec.grace_s,
         max_line_chars=spec.max_line_chars,
         owner=run.owner(),
+        users=as_spec(users, run.dirs.tmp) if users is not None else None,
     )
 
 
@@ -311,6 +318,10 @@ def outcome_of(exited: Exited) -> JobOutcome:
 
 def job_spec(lease: JobLeaseInfo, manifest: JobManifest, dirs: RunDirs, host: HostSetup) -> JobSpec:
     env = jobfiles.base_env(dirs, host.env)
+    if host.users is not None:  # the worker's HOME and name are not the run's user's
+        env["HOME"] = str(dirs.work)
+        for name in ("USER", "LOGNAME"):
+            env.pop(name, None)
     scheduler_env = dict(lease.env)
     env.update(scheduler_env)  # the scheduler's variables are complete and win
     res = manifest.resources

@@ -46,3 +46,13 @@ def machine_resources() -> MachineCapacity:
     return MachineCapacity(
         cpus=cpus, memory_bytes=memory, gpu_ids=gpus, container_runtimes=runtimes
     )
+
+
+def default_address(hostname: str) -> str:
+    """The address other nodes reach this one at, unless --address says otherwise."""
+    import socket
+
+    try:
+        return socket.gethostbyname(hostname)
+    except OSError:
+        return "127.0.0.1"

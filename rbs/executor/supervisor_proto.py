@@ -51,7 +51,7 @@ class RunSpec:
     `grace_s` between SIGTERM and SIGKILL, the log spool's path, and `owner`: data the
     daemon stores with the run and gets back in `Runs` after a restart.
 
-    Where the rest goes: a container (image, mounts), a pty, a per-run uid, cpu pinning,
+    Where the rest goes: a container (image, mounts), a pty, cpu pinning,
     telemetry and secrets are fields of this class, each carried out by the supervisor
     where it spawns (`rbs/executor/supervisor_run.py::spawn`). The ones named below are
     reserved: the supervisor refuses a spec that sets them until it implements them, so
@@ -72,8 +72,11 @@ class RunSpec:
     grace_s: float = 10.0
     max_line_chars: int = 16 * 1024
     owner: Mapping[str, Any] = field(default_factory=dict)
-    # Reserved, refused when set (see the class docstring).
+    # Run as a uid of its own (rbs.executor.runuser.RunUsers as a dict: first, last,
+    # lock_dir, private_tmp); `uid` is the one the supervisor took, set by it alone.
+    users: Mapping[str, Any] | None = None
     uid: int | None = None
+    # Reserved, refused when set (see the class docstring).
     container: Mapping[str, Any] | None = None
     pty: bool = False
     cpu_set: tuple[int, ...] | None = None
@@ -81,7 +84,7 @@ class RunSpec:
 
     def unsupported(self) -> list[str]:
         """The reserved fields this spec sets."""
-        names = ("uid", "container", "pty", "cpu_set", "secrets")
+        names = ("container", "pty", "cpu_set", "secrets")
         return [n for n in names if getattr(self, n) not in (None, False)]
 
 

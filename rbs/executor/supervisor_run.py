@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rbs.executor import procs
+from rbs.executor import procs, runuser
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, Limits, NullCgroup
 from rbs.executor.joblog import LineSplitter, LogSpool
 from rbs.executor.supervisor_proto import Exited, RunSpec
@@ -86,6 +86,7 @@ class SupervisedRun:
         self._stalled_at = 0.0
         self.retry_at: float | None = None
         self._pending_exit: Exited | None = None
+        self.user = runuser.Seat(spec.users, spec.cwd)  # its uid, when the worker has some
 
     # ---- log lines --------------------------------------------------------------
 
@@ -182,8 +183,9 @@ class SupervisedRun:
         for note in self.cgroup.notes:
             self._sys(note)
         self._sys(_limits_line(spec))
-        error = self._spawn()
+        error = self.user.take(self._sys) or self._spawn()
         if error is not None:
+            self.user.give_back(kill=False)
             self._remove_cgroup()
             self._fail(error)
             return
@@ -216,10 +218,11 @@ class SupervisedRun:
         go_r, go_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        argv = self.user.wrap(["/bin/sh", "-c", SHIM, spec.cwd, *spec.argv])
         try:
             pid = os.posix_spawn(
-                "/bin/sh",
-                ["/bin/sh", "-c", SHIM, spec.cwd, *spec.argv],
+                argv[0],
+                argv,
                 dict(spec.env),
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, go_r, 0),
@@ -452,6 +455,7 @@ class SupervisedRun:
             self._pending_exit = exited
             return
         self._pending_exit = None
+        self.user.give_back(kill=isinstance(self.cgroup, NullCgroup))  # else the cgroup's
         self.exited = exited
         if isinstance(self.cgroup, NullCgroup):
             with contextlib.suppress(OSError):

@@ -38,7 +38,8 @@ from rbs.executor.action_runner import ActionExecutor, ActionOutcome
 from rbs.executor.cgroups import detect
 from rbs.executor.jobhost import JobHost, cgroup_scope
 from rbs.executor.lease import WorkerLease
-from rbs.executor.machine import machine_resources
+from rbs.executor.machine import default_address, machine_resources
+from rbs.executor.runuser import RunUsers, announce
 from rbs.executor.supervisor_client import SupervisorError
 from rbs.model import Digest, DigestFunction
 from rbs.wire.actions import directory_children
@@ -103,6 +104,7 @@ class WorkerConfig:
     cache_max_bytes: int | None = None
     # On stop, leave the job runs to the run supervisor for the next daemon to re-attach.
     leave_jobs_running: bool = False
+    run_users: RunUsers | None = None  # --run-uids: each run as a uid of its own
 
     def __post_init__(self) -> None:
         parse_target(self.server)
@@ -133,13 +135,6 @@ def worker_id_for(work_dir: Path) -> str:
     return wid
 
 
-def _default_address(hostname: str) -> str:
-    try:
-        return socket.gethostbyname(hostname)
-    except OSError:
-        return "127.0.0.1"
-
-
 JobHandler = Callable[[JobOrder], Awaitable[None]]
 
 
@@ -155,7 +150,7 @@ class Worker:
             worker_id=worker_id_for(config.work_dir),
             name=config.name or hostname,
             hostname=hostname,
-            address=config.address or _default_address(hostname),
+            address=config.address or default_address(hostname),
             cpus=cpus,
             memory_bytes=(
                 config.memory_bytes if config.memory_bytes is not None else machine.memory_bytes
@@ -185,7 +180,9 @@ class Worker:
             fetch=self._fetch,
             worker_name=self.register.name,
             link_inputs=config.link_inputs,
+            users=config.run_users,
         )
+        announce(config.run_users, config.work_dir)  # says what holds; closes the work dir
         self.job_handler: JobHandler | None = None
         self._running: dict[str, asyncio.Task[None]] = {}
         # Results of leases that ended while no stream was open; sent after reconnecting.
@@ -207,6 +204,7 @@ class Worker:
                 backend=detect(scope=cgroup_scope(self.worker_id)),
                 scope=cgroup_scope(self.worker_id),
                 prefetch=self._prefetch,
+                users=config.run_users,
             )
             self.lease.on_renew = self.jobs.renew
             self.job_handler = self.jobs.handle
