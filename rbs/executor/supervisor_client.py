@@ -88,7 +88,10 @@ class SupervisorClient(asyncio.Protocol):
 
     async def _spawn(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.work_dir / "supervisor.log", "ab") as err:
+        log_file = os.open(
+            self.work_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
+        with open(log_file, "ab") as err:
             proc = self.proc = subprocess.Popen(
                 [sys.executable, "-m", "rbs.executor.supervisor", str(self.work_dir), *self._args],
                 stdin=subprocess.DEVNULL,
@@ -96,6 +99,7 @@ class SupervisorClient(asyncio.Protocol):
                 stderr=err,
                 start_new_session=True,  # outlives the daemon; a ^C to it is not for it
                 close_fds=True,
+                env={k: v for k, v in os.environ.items() if "TOKEN" not in k},  # needs none
             )
         assert proc.stdout is not None
         try:

@@ -169,6 +169,10 @@ def test_a_job_finds_no_credentials_and_no_other_run(fleet: Fleet, tmp_path: Pat
     assert (probed.state, probed.exit_code) == ("COMPLETED", 0)
     lines = _out(client, probe)
     _assert_nothing_leaked(lines, fleet.secret, probes=8)
+    # Its environment is what the manifest and scheduler give, with a HOME of its own.
+    homes = {x for x in lines if x.startswith("HOME=")}
+    assert homes and all(h.startswith(f"HOME={fleet.work}/jobs/") for h in homes), homes
+    assert not [x for x in lines if x.startswith(("USER=", "LOGNAME=", "RBS_REMOTE_TOKEN=w"))]
     uid, other_uid = _uid(lines), _uid(_out(client, other))
     assert uid != other_uid and UIDS[0] <= min(uid, other_uid) <= max(uid, other_uid) <= UIDS[1]
     # A /tmp of its own: only its own file, not the other run's, and not in the host's.
