@@ -32,7 +32,7 @@ from rbs.scheduler.workers import WorkerCapacity
 
 INF = math.inf
 # Release-calendar entries one reservation may walk before it asks the drain index.
-WALK_BUDGET = 64
+WALK_BUDGET = 32
 
 
 def schedule(st: SchedState) -> None:
@@ -63,6 +63,8 @@ class Pass:
         self.no_room_min: list[tuple[int, int, int]] = []
         self.nothing_fits = False
         self.failed_min: list[tuple[Shape, str]] = []
+        self.dead: set[Shape] = set()  # shapes known to fail for the rest of the pass
+        self.witness: Shape | None = None  # the last shape seen still possible
 
     def run(self) -> None:
         st = self.st
@@ -156,7 +158,17 @@ class Pass:
         """Whether nothing left in the queue can start (checked while the queue holds few
         distinct shapes; beyond, `pass_depth` bounds the pass)."""
         shapes = self.st.ready.shape_counts
-        return len(shapes) <= 256 and all(self._known_to_fail(s) is not None for s in shapes)
+        if len(shapes) > 256:
+            return False
+        # A shape seen to be still possible usually stays so: check it first.
+        if self.witness in shapes and self._known_to_fail(self.witness) is None:
+            return False
+        for shape in shapes:
+            if shape not in self.dead and self._known_to_fail(shape) is None:
+                self.witness = shape
+                return False
+            self.dead.add(shape)
+        return True
 
     def _no_room(self, req: tuple[int, int, int]) -> bool:
         if req in self.no_room:
