@@ -60,6 +60,7 @@ from rbs.executor.supervisor_proto import (
     socket_address,
 )
 from rbs.executor.supervisor_run import PGID_FILE, SupervisedRun
+from rbs.executor.supervisor_start import Starter
 from rbs.model import LogLine
 
 log = logging.getLogger("rbs.executor.supervisor")
@@ -93,6 +94,8 @@ class Supervisor:
         self.ever_connected = False
         self.shutting_down = False
         self._pending_lines: dict[str, list[LogLine]] = {}
+        self.starter = Starter()
+        self.sel.register(self.starter.wake_r, selectors.EVENT_READ, "started")
         self.listener = self._listen()
 
     # ---- setup ------------------------------------------------------------------
@@ -139,7 +142,7 @@ class Supervisor:
             self._check_lease(now)
             for run in list(self.runs.values()):
                 wake = run.next_wake()
-                if wake is not None and now >= wake:
+                if wake is not None and now >= wake and run not in self.starter.starting:
                     run.tick(now)
                     self._after(run)
             self._flush()
@@ -182,6 +185,8 @@ class Supervisor:
         data = key.data
         if data == "listen":
             self._accept()
+        elif data == "started":
+            self._started()
         elif data == "conn":
             if mask & selectors.EVENT_READ:
                 self._read_conn()
@@ -199,10 +204,16 @@ class Supervisor:
             self._after(run)
 
     def _watch(self, run: SupervisedRun, fd: int, what: str) -> None:
-        self.sel.register(fd, selectors.EVENT_READ, (run, what))
+        st = self.starter.state(run)
+        if st is not None:
+            st.fds[fd] = what
+        else:
+            self.sel.register(fd, selectors.EVENT_READ, (run, what))
 
     def _unwatch(self, fd: int) -> None:
         """A run is about to close one of its fds."""
+        if self.starter.forget_fd(fd):
+            return
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(fd)
 
@@ -301,7 +312,10 @@ class Supervisor:
             self._start(msg)
         elif isinstance(msg, KillRun):
             run = self.runs.get(msg.lease_id)
-            if run is not None and run.exited is None:
+            st = self.starter.state(run) if run is not None else None
+            if st is not None:
+                st.kill = st.kill or (msg.reason, msg.message)
+            elif run is not None and run.exited is None:
                 run.kill(msg.reason, msg.message, run.spec.grace_s, now)
         elif isinstance(msg, Renew):
             self.lease_until, self.lease_grace = msg.until, msg.grace_s
@@ -342,20 +356,37 @@ class Supervisor:
             unwatch=self._unwatch,
         )
         self.runs[spec.lease_id] = run
-        try:
-            run.start()
-        except Exception as e:  # e.g. the spool cannot be written: the work dir is full
-            log.exception("run %s could not start", spec.lease_id)
-            run.exited = Exited(
-                lease_id=spec.lease_id, state="FAILED", error=f"{type(e).__name__}: {e}"
-            )
-        if run.pid is not None:
-            self._send_lines(spec.lease_id)
-            self._send(Started(lease_id=spec.lease_id, pid=run.pid, started_at=run.started_at or 0))
-        self._after(run)
+        self.starter.submit(run)  # on a spawn thread; `_started` takes it from there
+
+    def _started(self) -> None:
+        """Runs whose start is over: poll their fds, send their lines and Started."""
+        now = time.monotonic()
+        for run, st in self.starter.completed():
+            lease_id = run.spec.lease_id
+            if st.error is not None:  # e.g. the spool cannot be written: the work dir is full
+                log.error("run %s could not start: %r", lease_id, st.error)
+                if run.pid is not None:  # never a process nobody watches
+                    with contextlib.suppress(OSError):
+                        os.killpg(run.pid, signal.SIGKILL)
+                        os.waitpid(run.pid, 0)
+                err = f"{type(st.error).__name__}: {st.error}"
+                run.exited = Exited(lease_id=lease_id, state="FAILED", error=err)
+            else:
+                for fd, what in st.fds.items():
+                    self.sel.register(fd, selectors.EVENT_READ, (run, what))
+            self._lines(run, st.lines)
+            if run.pid is not None and st.error is None:
+                self._send_lines(lease_id)
+                self._send(Started(lease_id=lease_id, pid=run.pid, started_at=run.started_at or 0))
+                if st.kill is not None:
+                    run.kill(*st.kill, run.spec.grace_s, now)
+            self._after(run)
 
     def _lines(self, run: SupervisedRun, lines: list[LogLine]) -> None:
-        if self.conn is not None and lines:
+        st = self.starter.state(run)
+        if st is not None:  # from its spawn thread: the loop sends them once it started
+            st.lines.extend(lines)
+        elif self.conn is not None and lines:
             self._pending_lines.setdefault(run.spec.lease_id, []).extend(lines)
 
     # ---- the lease --------------------------------------------------------------
@@ -364,6 +395,8 @@ class Supervisor:
         if self.lease_until <= 0 or now <= self.lease_until:
             return
         for run in self.runs.values():
+            if run in self.starter.starting:
+                continue  # once started
             if run.exited is None and not run.lapsed and run.pid is not None:
                 run.lapsed = True
                 log.warning("run %s: %s; stopping it", run.spec.lease_id, LAPSE_MESSAGE)
