@@ -1,0 +1,77 @@
+"""Starting runs off the supervisor's loop: a few threads wait out each spawn.
+
+A start blocks: creating and configuring the cgroups (on cgroup v1 a write to
+cgroup.procs waits for the kernel), and `posix_spawn`, whose parent is suspended until
+the child has exec'd the shim, which on a loaded host can take milliseconds. On the
+one loop these waits would queue every other run's events and starts behind them, so
+a small fixed pool of threads (not one per run) runs `SupervisedRun.start`; what the
+run asks of the loop meanwhile (log lines, fds to poll, a kill) is kept in its
+`Starting` and handed to the loop once the start is over (`completed`), woken by a
+pipe the loop polls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from rbs.executor.supervisor_run import SupervisedRun
+from rbs.model import LogLine
+
+SPAWN_THREADS = 4
+
+
+@dataclass(slots=True)
+class Starting:
+    """What a run being started asked of the loop."""
+
+    lines: list[LogLine] = field(default_factory=list)
+    fds: dict[int, str] = field(default_factory=dict)  # fd -> "pipe" or "pidfd"
+    kill: tuple[str, str] | None = None  # reason, message: a KillRun that came meanwhile
+    error: BaseException | None = None
+
+
+class Starter:
+    """The pool and the runs it is starting."""
+
+    def __init__(self, threads: int = SPAWN_THREADS) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="rbs-spawn")
+        self._done: queue.SimpleQueue[SupervisedRun] = queue.SimpleQueue()
+        self.wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.starting: dict[SupervisedRun, Starting] = {}
+
+    def submit(self, run: SupervisedRun) -> None:
+        self.starting[run] = Starting()
+        self._pool.submit(run.start).add_done_callback(lambda f: self._finished(run, f))
+
+    def _finished(self, run: SupervisedRun, fut: Future[None]) -> None:
+        self.starting[run].error = fut.exception()
+        self._done.put(run)
+        with contextlib.suppress(BlockingIOError):  # full: the loop is woken already
+            os.write(self._wake_w, b"\0")
+
+    def state(self, run: SupervisedRun) -> Starting | None:
+        """The run's `Starting` while its start is under way (any thread may ask)."""
+        return self.starting.get(run)
+
+    def forget_fd(self, fd: int) -> bool:
+        """A starting run closed an fd it had asked to have polled."""
+        return any(st.fds.pop(fd, None) is not None for st in list(self.starting.values()))
+
+    def completed(self) -> list[tuple[SupervisedRun, Starting]]:
+        """The runs whose start is over, with what they asked for (loop thread only)."""
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.wake_r, 4096):
+                pass
+        out: list[tuple[SupervisedRun, Starting]] = []
+        while True:
+            try:
+                run = self._done.get_nowait()
+            except queue.Empty:
+                return out
+            out.append((run, self.starting.pop(run)))
