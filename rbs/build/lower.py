@@ -66,6 +66,12 @@ class _Lowerer(ast.NodeVisitor):
         self.add = add
         self.edits: list[_Edit] = []
         self.depth = 0
+        # Names bound in the enclosing scopes: a parameter called `type` is not the builtin.
+        self.bound: list[set[str]] = []
+
+    def builtin(self, name: str) -> bool:
+        """Whether `name` here means the builtin (no enclosing scope rebinds it)."""
+        return name not in self.renames and not any(name in b for b in self.bound)
 
     def pos(self, line: int, col: int) -> int:
         return self.starts[line - 1] + col
@@ -111,6 +117,13 @@ class _Lowerer(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         new = self.renames.get(node.id)
+        if (
+            new is None
+            and node.id in ("str", "type")
+            and isinstance(node.ctx, ast.Load)
+            and self.builtin(node.id)
+        ):
+            new = f"_rbs_{node.id}"  # str as a value too: sorted(labels, key = str)
         if new is not None:
             s, e = self.span(node)
             self.replace(s, e, new)
@@ -122,7 +135,14 @@ class _Lowerer(ast.NodeVisitor):
             hit = self.token(s, len(self.data), rb"def\s+" + node.name.encode() + rb"\b")
             if hit:
                 self.replace(hit[0], hit[1], "def " + new)
+        self.bound.append(_bound_in(node))
         self.generic_visit(node)
+        self.bound.pop()
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self.bound.append(_bound_in(node))
+        self.generic_visit(node)
+        self.bound.pop()
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if isinstance(node.ctx, ast.Load) and _key(node.slice):
@@ -181,11 +201,7 @@ class _Lowerer(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
-        if (
-            isinstance(f, ast.Name)
-            and f.id in ("str", "print", "type")
-            and f.id not in self.renames
-        ):
+        if isinstance(f, ast.Name) and f.id in ("str", "print", "type") and self.builtin(f.id):
             s, e = self.span(f)
             self.replace(s, e, f"_rbs_{f.id}")
             for child in (*node.args, *node.keywords):
@@ -202,6 +218,22 @@ class _Lowerer(ast.NodeVisitor):
                 self.open(s, helper)
                 self.replace(hit[0], hit[1], ", " if f.attr == "format" else f', "{f.attr}", ')
         self.generic_visit(node)
+
+
+def _bound_in(fn: ast.FunctionDef | ast.Lambda) -> set[str]:
+    """Parameters and names assigned in a function (not in nested functions)."""
+    a = fn.args
+    names = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+    names.update(x.arg for x in (a.vararg, a.kwarg) if x is not None)
+    body = fn.body if isinstance(fn.body, list) else [fn.body]
+    todo: list[ast.AST] = list(body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        if not isinstance(n, (ast.FunctionDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(n))
+    return names
 
 
 def _apply(data: bytes, edits: list[_Edit]) -> bytes:
@@ -305,6 +337,8 @@ def lower(text: str, *, reserved: frozenset[str] = frozenset(), add: bool = True
     renames = {n: f"{_RENAMED_PREFIX}{n}" for n in clashes}
     data = text.encode()
     low = _Lowerer(data, renames, add)
+    # A file that rebinds `str` or `type` at the top means its own everywhere.
+    low.bound.append(_top_level_names(tree) & {"str", "type", "print"})
     low.visit(tree)
     for at, name in bindings:
         if name in renames:

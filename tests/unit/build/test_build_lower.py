@@ -96,3 +96,20 @@ def test_lowering_never_changes_what_an_expression_computes(expr: str) -> None:
     lowered = lower_module("r = " + expr + "\n")[len("r = ") : -1]
     assert lowered.count("\n") == expr.count("\n")
     assert _outcome(lowered, True) == _outcome(expr, False), lowered
+
+
+def test_a_local_str_or_type_is_not_the_builtin() -> None:
+    text = (
+        "def f(name, type = None):\n"
+        "    return type == 'x' and str(name)\n"
+        "def g(str):\n"
+        "    return str\n"
+        "k = sorted([], key = str)\n"
+    )
+    assert lower(text).splitlines() == [
+        "def f(name, type = None):",
+        "    return type == 'x' and _rbs_str(name)",
+        "def g(str):",
+        "    return str",
+        "k = sorted([], key = _rbs_str)",
+    ]
