@@ -334,6 +334,21 @@ def test_detect_pure_v2(tmp_path: Path) -> None:
     assert backend.controllers == {"cpu", "memory", "pids"}
 
 
+def test_detect_from_the_workers_leaf_uses_the_workers_group(tmp_path: Path) -> None:
+    # The run supervisor is born in the leaf a worker moved itself into: its job groups
+    # go where the worker's would.
+    fs, root = v2_root(tmp_path)
+    fs.mkdir(root / "svc")
+    fs.mkdir(root / "svc" / "rbs-worker")
+    backend = detect(
+        fs=fs,
+        mountinfo=mountinfo(tmp_path, [f"41 31 0:38 / {root} rw - cgroup2 cgroup2 rw"]),
+        proc_cgroup=proc_cgroup(tmp_path, ["0::/svc/rbs-worker"]),
+    )
+    assert isinstance(backend, V2Backend)
+    assert backend.base == root / "svc" / "rbs" / "default"
+
+
 def hybrid_layout(tmp_path: Path) -> tuple[FakeKernel, Path, Path]:
     fs, root = v2_root(tmp_path, controllers="hugetlb")
     lines = [f"41 31 0:38 / {root} rw - cgroup2 cgroup2 rw"]
