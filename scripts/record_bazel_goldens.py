@@ -8,8 +8,9 @@ Bazel 4.2.3, offline), asks `bazel aquery` which files the actions wrote, and re
 each file's SHA-256, size and executable bit in tests/fixtures/corpus/goldens.json.
 
 Bazel 4.2.3 has no bzlmod and cannot fetch rule sets offline, so the copy (never the
-vendored files) gets a WORKSPACE that maps `@rules_shell`, `@rules_python` and
-`@rules_cc` to small local repositories re-exporting Bazel's native rules, and no
+vendored files) gets a WORKSPACE that keeps only the original's `workspace()` name and maps
+`@rules_shell`, `@rules_python` and `@rules_cc` to small local repositories re-exporting
+Bazel's native rules, and no
 .bazelrc (its `common --enable_bzlmod` is unknown to Bazel 4.2.3). Targets Bazel
 cannot build (a C++ toolchain, a newer API) fail under --keep_going and are simply
 not recorded; tests/integration/build/test_corpus.py says which pieces it compares
@@ -22,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,7 +63,10 @@ def _stage(ws: Path, scratch: Path) -> Path:
     shutil.copytree(ws, copy, ignore=shutil.ignore_patterns("rbs-out", ".rbs", "bazel-*"))
     for name in (".bazelrc", ".bazelversion", "MODULE.bazel"):
         (copy / name).unlink(missing_ok=True)
-    lines = [(copy / "WORKSPACE").read_text()]
+    # The copy's WORKSPACE keeps only its workspace() name: its http_archive()s cannot
+    # be fetched offline (and need a load() Bazel 4.2.3 lacks); the stubs stand in.
+    original = (copy / "WORKSPACE").read_text()
+    lines = [m.group(0) for m in re.finditer(r"^workspace\(.*\)$", original, re.MULTILINE)]
     for repo, files in STUBS.items():
         root = scratch / "stubs" / repo
         for rel, text in files.items():
@@ -140,7 +145,12 @@ def record(ws: Path) -> dict[str, object]:
             version = _debian_version() or _bazel(scratch, copy, "--version").stdout.strip()
         finally:
             _bazel(scratch, copy, "shutdown")
-    failed = [line for line in build.stderr.splitlines() if line.startswith("ERROR:")]
+    # Scratch paths differ on every run: keep the messages comparable across recordings.
+    failed = [
+        re.sub(r"/\S*?rbs-goldens-[^/]+/(root/[0-9a-f]+/)?", "<scratch>/", line)
+        for line in build.stderr.splitlines()
+        if line.startswith("ERROR:")
+    ]
     return {"bazel": version or "bazel 4.2.3", "outputs": files, "bazel_errors": failed}
 
 
