@@ -221,7 +221,7 @@ class Pass:
             self._walk_releases(res, lo, chosen, taken)
         if len(chosen) < lo:
             # The walk stopped at its budget: take the workers that drain first.
-            for drain, w in st.drains.earliest():
+            for drain, w in st.drains.earliest(res.gpus):
                 st.work.workers_examined += 1
                 wid = w.worker_id
                 if wid in taken or wid in self.reserved:

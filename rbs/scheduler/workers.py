@@ -8,6 +8,7 @@ there whenever its free amounts or its liveness change.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterator
 
@@ -112,8 +113,10 @@ class DrainIndex:
     """
 
     def __init__(self) -> None:
-        self._keys: SortedList = SortedList()  # (drain time, worker seq)
+        # One list per worker GPU count, so a GPU request never walks the CPU workers.
+        self._by_gpus: dict[int, SortedList] = {}  # GPUs -> (drain time, worker seq)
         self._by_seq: dict[int, WorkerCapacity] = {}
+        self._class: dict[int, int] = {}  # worker seq -> the GPU count it is filed under
 
     def update(self, w: WorkerCapacity) -> None:
         new = None
@@ -121,23 +124,28 @@ class DrainIndex:
             drain = max(w.ends.values())
             if drain != math.inf:
                 new = (drain, w.seq)
-        if new == w.dkey:
+        if new == w.dkey and (new is None or self._class[w.seq] == len(w.gpus)):
             return
         if w.dkey is not None:
-            self._keys.remove(w.dkey)
-        if new is None:
+            self._by_gpus[self._class.pop(w.seq)].remove(w.dkey)
             self._by_seq.pop(w.seq, None)
-        else:
-            self._keys.add(new)
+        if new is not None:
+            keys = self._by_gpus.get(len(w.gpus))
+            if keys is None:
+                keys = self._by_gpus[len(w.gpus)] = SortedList()
+            keys.add(new)
             self._by_seq[w.seq] = w
+            self._class[w.seq] = len(w.gpus)
         w.dkey = new
 
-    def earliest(self) -> Iterator[tuple[float, WorkerCapacity]]:
-        for drain, seq in self._keys:
+    def earliest(self, gpus: int) -> Iterator[tuple[float, WorkerCapacity]]:
+        """Busy workers with at least `gpus` GPUs, earliest drained first."""
+        lists = [keys for n, keys in self._by_gpus.items() if n >= gpus]
+        for drain, seq in heapq.merge(*lists):
             yield drain, self._by_seq[seq]
 
     def keys(self) -> list[tuple[float, int]]:
-        return list(self._keys)
+        return sorted(k for keys in self._by_gpus.values() for k in keys)
 
 
 class WorkerCapacity:
@@ -225,6 +233,8 @@ class WorkerCapacity:
         self.free_mem = self.memory_bytes - sum(a.memory_bytes for a in self.allocs.values())
         self.free_slots = self.job_slots - len(self.allocs)
         self._refile()
+        if self.drains is not None:
+            self.drains.update(self)  # its GPU count may have changed
 
     def record(self) -> WorkerRecord:
         return WorkerRecord(
@@ -337,9 +347,9 @@ class WorkerCapacity:
                 self.drains.update(self)
 
     def size_text(self) -> str:
-        from rbs.units import format_cpu, format_size
+        from rbs.units import format_cpu, human_size
 
         return (
             f"{self.worker_id}: cpu {format_cpu(self.cpu_millis)}, memory "
-            f"{format_size(self.memory_bytes)}, gpus {len(self.gpus)}"
+            f"{human_size(self.memory_bytes)}, gpus {len(self.gpus)}"
         )
