@@ -119,6 +119,7 @@ class Supervisor:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(path)
+            os.chmod(path, 0o600)  # the daemon's alone: a run must not ask for runs
         finally:
             if dir_fd is not None:
                 os.close(dir_fd)
