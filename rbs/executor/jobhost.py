@@ -192,19 +192,16 @@ class JobHost:
             self.supervisor.send(Renew(until=until, grace_s=grace, acked=acked))
 
     def _on_event(self, msg: Message) -> None:
+        run = self._runs.get(getattr(msg, "lease_id", ""))
+        if run is None:
+            return
         if isinstance(msg, Lines):
-            run = self._runs.get(msg.lease_id)
-            if run is not None:
-                self._on_lines(run, [line_of(r) for r in msg.records])
+            self._on_lines(run, [line_of(r) for r in msg.records])
         elif isinstance(msg, Started):
-            run = self._runs.get(msg.lease_id)
-            if run is not None:
-                run.pid = msg.pid
-                self._starts.add(run, msg.started_at)
-        elif isinstance(msg, Exited):
-            run = self._runs.get(msg.lease_id)
-            if run is not None and run.exited is not None and not run.exited.done():
-                run.exited.set_result(msg)
+            run.pid = msg.pid
+            self._starts.add(run, msg.started_at)
+        elif isinstance(msg, Exited) and run.exited is not None and not run.exited.done():
+            run.exited.set_result(msg)
 
     def _on_lost(self) -> None:
         """The supervisor is gone: its runs cannot be followed; a new one kills them."""
@@ -212,15 +209,12 @@ class JobHost:
         why = "the worker's run supervisor exited while the job ran"
         for run in self._runs.values():
             if run.live and run.exited is not None:
+                self._reopen_spool(run)  # nobody else appends now
+                self._sys(run, why)
                 run.exited.set_result(Exited(lease_id=run.lease_id, state="FAILED", error=why))
         if not self._stopping:  # a fresh one at once: it kills what the lost one left
-            self._restart = asyncio.get_running_loop().create_task(self._start_again())
-
-    async def _start_again(self) -> None:
-        try:
-            await self.start()
-        except Exception:
-            log.exception("cannot start a new run supervisor; the next job tries again")
+            self._restart = asyncio.get_running_loop().create_task(self.start())
+            self._restart.add_done_callback(_log_failure)
 
     # ------------------------------------------------------------------ what the worker asks
 
@@ -493,6 +487,11 @@ class JobHost:
             asyncio.get_running_loop().run_in_executor(
                 self._threads, jobfiles.remove, run.dirs.root
             )
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("no new run supervisor (the next job tries): %s", task.exception())
 
 
 def cgroup_scope(worker_id: str) -> str:

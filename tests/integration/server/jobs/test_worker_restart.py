@@ -172,3 +172,33 @@ def test_a_killed_worker_not_restarted_is_requeued_once_never_alongside(tmp_path
         stop_process(w1)
         _stop_supervisor(tmp_path)
         cluster.stop()
+
+
+def test_a_killed_supervisor_fails_its_runs_and_a_fresh_one_takes_over(tmp_path: Path) -> None:
+    cluster = JobCluster(tmp_path / "server", jobs=JOBS)
+    w1, _ = _worker(cluster, tmp_path)
+    try:
+        client = cluster.client()
+        job = client.submit(["sh", "-c", _script(tmp_path)])
+        wait_for("the job's first half", (tmp_path / "half").exists, timeout=60)
+        old = _supervisor_pid(tmp_path)
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        info = cluster.wait(job, timeout=90)
+        assert info.state == "FAILED", info.raw
+        sys_lines = [x.text for x in client.logs(job) if x.stream == "sys"]
+        assert any("run supervisor exited" in t for t in sys_lines), sys_lines
+        # A fresh supervisor, which killed what the old one left, runs the next job.
+        wait_for("a fresh supervisor", lambda: _supervisor_pid(tmp_path) not in (None, old))
+        wait_for(
+            "the old job's processes to be gone",
+            lambda: not group_alive(int((tmp_path / "pid").read_text())),
+            timeout=30,
+        )
+        again = client.submit(["echo", "again"])
+        assert cluster.wait(again, timeout=60).state == "COMPLETED"
+        assert w1.poll() is None  # the daemon carried on
+    finally:
+        stop_process(w1)
+        _stop_supervisor(tmp_path)
+        cluster.stop()
