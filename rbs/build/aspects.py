@@ -127,7 +127,7 @@ class AspectHooks:
         except sl.StarlarkError as e:
             text = str(e)
             raise BuildError(
-                f"in aspect {aspect.key.rpartition('%')[0]} on {label} (applied by "
+                f"in aspect {self.loader.aspect_names.get(aspect.key, aspect.key)} on {label} (applied by "
                 f"{applier.label}): {starlark_message(text)}",
                 location=location_from_starlark(text) or target.location,
                 hint="fix the aspect implementation or the attributes it reads",

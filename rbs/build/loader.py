@@ -45,7 +45,7 @@ from rbs.build.workspace import Workspace, glob, missing_package, package_files
 
 log = logging.getLogger(__name__)
 
-_ASSIGN = re.compile(r"^([A-Za-z_]\w*)\s*=\s*(rule|provider)\s*\(", re.MULTILINE)
+_ASSIGN = re.compile(r"^([A-Za-z_]\w*)\s*=\s*(rule|provider|aspect)\s*\(", re.MULTILINE)
 # load() targets of Bazel rule sets whose rules rbs provides itself (same names).
 COMPAT_MODULES = {"@rules_python//python:defs.bzl", "@rules_python//python:py_binary.bzl"}
 COMPAT_REPOS = {
@@ -72,6 +72,7 @@ class Loader:
         self.modules: dict[Label, Any] = {}  # label -> starlark FrozenModule
         self.rules: dict[str, RuleClass] = {}
         self.aspects: dict[str, AspectClass] = {}
+        self.aspect_names: dict[str, str] = {}  # key -> the name it is assigned to
         self.providers: dict[str, str] = {}  # provider key -> exported name
         self.packages: dict[str, Package] = {}
         self.files_read: dict[str, Path] = {}  # display path -> file (for the state cache)
@@ -188,13 +189,16 @@ class Loader:
 
     def _name_rules(self, label: Label, text: str) -> None:
         # rule() cannot know the name it is assigned to; the assignments in the source do.
-        names = {"rule": [], "provider": []}  # type: dict[str, list[str]]
+        names = {"rule": [], "provider": [], "aspect": []}  # type: dict[str, list[str]]
         for m in _ASSIGN.finditer(text):
             names[m.group(2)].append(m.group(1))
         keys = self._pending_rules.pop(label, [])
         for i, key in enumerate(keys):
             kind = names["rule"][i] if len(names["rule"]) == len(keys) else f"rule#{i}"
             self.rules[key] = _renamed(self.rules[key], kind)
+        akeys = [k for k, a in self.aspects.items() if a.module == label]
+        if len(names["aspect"]) == len(akeys):
+            self.aspect_names.update(zip(akeys, names["aspect"], strict=True))
         pkeys = self._pending_providers.pop(label, [])
         for i, key in enumerate(pkeys):
             if len(names["provider"]) == len(pkeys):

@@ -121,6 +121,7 @@ BAZEL_GLOBALS = frozenset(
         "attr",
         "cc_common",
         "config_common",
+        "configuration_field",
         "coverage_common",
         "depset",
         "java_common",

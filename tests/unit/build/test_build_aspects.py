@@ -123,7 +123,7 @@ def test_error_in_aspect_names_the_aspect_and_file(make_ws: MakeWs) -> None:
     root = ws(make_ws)
     (root / "pkg/defs.bzl").write_text(ASPECT.replace("ctx.rule.attr.deps]", "ctx.rule.attr.nope]"))
     with pytest.raises(
-        BuildError, match=r"in aspect //pkg:defs.bzl on //pkg:\w+ \(applied by //pkg:everything\)"
+        BuildError, match=r"in aspect collect on //pkg:\w+ \(applied by //pkg:everything\)"
     ) as e:
         graph_of(root, "//pkg:everything")
     assert e.value.location is not None and e.value.location.file == "pkg/defs.bzl"

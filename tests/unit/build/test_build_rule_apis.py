@@ -139,3 +139,23 @@ def test_existing_rules_sees_targets_declared_so_far(make_ws: MakeWs) -> None:
     g = graph_of(root, "//pkg:c")
     (a,) = [a for a in g.actions if str(a.owner) == "//pkg:c"]
     assert "echo 'fg:filegroup g:genrule [\"g.txt\"] None' > " in a.argv[2]
+
+
+def test_late_bound_default_fails_naming_the_api(make_ws: MakeWs) -> None:
+    # Bazel 4.2's other computed-default form, configuration_field(), is not supported.
+    root = make_ws(
+        {
+            "pkg/defs.bzl": (
+                "def _i(ctx):\n    pass\n"
+                "r = rule(implementation = _i, attrs = {'_cov': attr.label(\n"
+                "    default = configuration_field(fragment = 'coverage', name = 'output_generator'))})\n"
+            ),
+            "pkg/BUILD": 'load(":defs.bzl", "r")\nr(name = "x")\n',
+        }
+    )
+    with pytest.raises(BuildError, match="configuration_field: Bazel has this API") as e:
+        graph_of(root)
+    assert e.value.location is not None and (e.value.location.file, e.value.location.line) == (
+        "pkg/defs.bzl",
+        4,
+    )
