@@ -30,6 +30,7 @@ _NO_EFFECT = {
     "enable_platform_specific_config",
     "experimental_ui_max_stdouterr_bytes",
     "noexperimental_check_output_files",
+    "enable_bzlmod",  # rbs reads MODULE.bazel roots either way
 }
 
 

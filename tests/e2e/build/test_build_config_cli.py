@@ -140,3 +140,39 @@ def test_build_settings_on_the_command_line(tmp_path: Path) -> None:
     assert out.read_text() == "blue\n"
     r = rbs(tmp_path, "build", "--frobnicate", "//s:g")
     assert r.returncode == 2 and "No such option '--frobnicate'" in r.stderr
+
+
+CONFIGURATIONS = Path(__file__).resolve().parents[2] / "fixtures" / "bazel_examples_configurations"
+# (target, flags, the line its README says Bazel prints): reviewed expectations, since
+# Bazel 4.2.3 cannot build these offline (bzlmod, @bazel_skylib).
+README_RUNS = [
+    ("//basic_build_setting:today", [], "HOT"),
+    ("//basic_build_setting:today", ["--//basic_build_setting:coffee-temp=ICED"], "ICED"),
+    ("//select_on_build_setting:harvest", [], "We're harvesting apples!"),
+    (
+        "//select_on_build_setting:harvest",
+        ["--//select_on_build_setting:season=summer"],
+        "We're harvesting cherries!",
+    ),
+    (
+        "//select_on_build_setting:harvest",
+        ["--//select_on_build_setting:season=fall"],
+        "We're harvesting pumpkins!",
+    ),
+    ("//use_skylib_build_setting:ice-cream", [], "flavor: strawberry"),
+    (
+        "//use_skylib_build_setting:ice-cream",
+        ["--//use_skylib_build_setting:flavor=rocky-road"],
+        "flavor: rocky-road",
+    ),
+]
+
+
+def test_bazel_examples_build_settings_print_what_their_readmes_say(tmp_path: Path) -> None:
+    ws = tmp_path / "configurations"
+    shutil.copytree(CONFIGURATIONS, ws)
+    for target, flags, line in README_RUNS:
+        r = rbs(ws, "build", *flags, target)
+        assert r.returncode == 0, r.stderr
+        assert line in r.stderr.splitlines(), (target, flags, r.stderr)
+        assert "ignoring" not in r.stderr  # its .bazelrc has only --enable_bzlmod
