@@ -87,7 +87,8 @@ class AspectHooks:
 
     def dep_plain(self, label: Label, spec: AttrSpec, applier: Target) -> dict[str, Any]:
         """A dependency as a rule sees it: its providers plus those of the attribute's aspects."""
-        base = self.for_attr_spec(spec).plain[label]
+        an = self.for_attr_spec(spec)  # the dependency's configuration (tools: host, exec)
+        base = an.plain[label]
         if not spec.aspects:
             return base
         providers = dict(base["p"])
@@ -96,7 +97,7 @@ class AspectHooks:
             params = tuple(
                 (n, applier.attrs.get(n)) for n in sorted(aspect.attrs) if not n.startswith("_")
             )
-            providers.update(self._apply(aspect, label, params, applier))
+            providers.update(an._apply(aspect, label, params, applier))
         return {**base, "p": providers}
 
     def _apply(

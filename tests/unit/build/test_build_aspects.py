@@ -155,3 +155,26 @@ def test_aspects_take_only_aspects(make_ws: MakeWs) -> None:
     )
     with pytest.raises(BuildError, match=r"aspects = \[...\]\) takes aspects made by aspect\(\)"):
         graph_of(root)
+
+
+def test_aspect_on_a_tool_attribute_visits_the_exec_configuration(make_ws: MakeWs) -> None:
+    root = ws(make_ws)
+    (root / "pkg/tool.bzl").write_text(
+        'load(":defs.bzl", "collect", "CollectedInfo")\n'
+        "def _impl(ctx):\n"
+        "    out = ctx.actions.declare_file(ctx.label.name + '.txt')\n"
+        "    info = ctx.attr.tool[CollectedInfo]\n"
+        "    ctx.actions.write(out, '%d %s' % (info.count, ctx.executable.tool.path))\n"
+        "    return [DefaultInfo(files = depset([out]))]\n"
+        "uses_tool = rule(implementation = _impl, attrs = {'tool': attr.label(\n"
+        "    executable = True, cfg = 'exec', aspects = [collect]), 'extension': attr.string(default = '*')})\n"
+    )
+    with (root / "pkg/BUILD").open("a") as f:
+        f.write(
+            'load(":tool.bzl", "uses_tool")\n'
+            'sh_binary(name = "bin", srcs = ["top.cc"], deps = [":top"])\n'
+            'uses_tool(name = "ut", tool = ":bin")\n'
+        )
+    g = graph_of(root, "//pkg:ut")
+    # bin, then top (which counts base twice, once through each side of the diamond).
+    assert content(g, "pkg/ut.txt") == "6 bazel-out/k8-opt-exec-2B5CBBC6/bin/pkg/bin"
