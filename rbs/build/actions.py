@@ -48,9 +48,18 @@ class ActionHooks:
 
     def _info_of(self, label: Label, cfg: object = "") -> TargetInfo:
         # A target analysed for a tool's configuration says which in its plain form.
-        if isinstance(cfg, str) and cfg in CONFIG_BIN_DIRS:
-            return self.config_infos(cfg)[label]
-        return self.infos[label]
+        first = (
+            self.config_infos(cfg)
+            if isinstance(cfg, str) and cfg in CONFIG_BIN_DIRS
+            else self.infos
+        )
+        info = first.get(label)
+        for config in CONFIG_BIN_DIRS:
+            if info is None:
+                info = self.config_infos(config).get(label)
+        if info is None:
+            raise ValueError(f"{label} is not a dependency of this target; add it to an attribute")
+        return info
 
     def _declare(
         self,
