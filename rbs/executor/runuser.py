@@ -311,17 +311,23 @@ class UidPool:
         return frozenset(self._held)
 
 
-def no_users_warning() -> str:
-    """The guarantees that do not hold when runs share the worker's uid."""
+def no_users_warning(*, worker: bool = False) -> str:
+    """The guarantees that do not hold when runs share the worker's uid: for a run's log,
+    or with `worker` for the worker's at start."""
     who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
     hint = (
         "start the worker with --run-uids FIRST-LAST"
         if os.geteuid() == 0
         else "run the worker as root with --run-uids FIRST-LAST"
     )
+    subject, own = (
+        ("jobs and build actions run", "not uids of their own: they")
+        if worker
+        else ("the job runs", "not a uid of its own: it")
+    )
     return (
-        f"runs as the worker's own user ({who}), not a uid of its own: it can read the "
-        f"worker's environment and files (its token, its CAS) and other runs' folders and "
+        f"{subject} as the worker's own user ({who}), {own} can read the worker's "
+        f"environment and files (its token, its CAS) and other runs' folders and "
         f"/proc/PID/environ, and /tmp is shared; to isolate runs, {hint}"
     )
 
@@ -356,7 +362,7 @@ def _new_pool(key: tuple[int, int, str], spec: Mapping[str, Any]) -> UidPool:
 def announce(users: RunUsers | None, work_dir: Path) -> None:
     """Log at the worker's start which guarantees hold; with users, close the work dir."""
     if users is None:
-        log.warning("jobs and build actions %s", no_users_warning())
+        log.warning("%s", no_users_warning(worker=True))
         return
     lock_down(work_dir)
     tmp = (
