@@ -1,8 +1,11 @@
 """One run inside the supervisor: spawn into its cgroup, read its pipes, kill, reap, sum up.
 
-Nothing here blocks: the supervisor's one poll loop (`rbs.executor.supervisor`) hands
-each run its readable pipes and pidfd and calls `tick` at the deadlines `next_wake`
-names. How a run starts is the old runner's way: a tiny /bin/sh shim is spawned with
+Only `start` blocks, and runs on a spawn thread (`rbs.executor.supervisor_start`); the
+rest is driven by the supervisor's one poll loop (`rbs.executor.supervisor`), which
+hands each run its readable pipes and pidfd and calls `tick` at the deadlines
+`next_wake` names. When the spool cannot take a line (a full disk), the run holds its
+lines and stops reading its pipes, so the job waits in its next write, and tries again
+every `RETRY_S`; its exit is reported only once every line is spooled. How a run starts is the old runner's way: a tiny /bin/sh shim is spawned with
 `posix_spawn` in a new session (its own process group) and blocks reading a pipe; the
 shim's pid is written into the run's cgroup(s), then it is released, changes to the
 run's folder and execs the job, so the job never runs an instruction outside its
@@ -28,6 +31,7 @@ from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, Limi
 from rbs.executor.joblog import LineSplitter, LogSpool
 from rbs.executor.supervisor_proto import Exited, RunSpec
 from rbs.model import LogLine, LogStream
+from rbs.units import format_duration
 
 RETRY_S = 0.5  # how often a run whose spool is full tries again
 SHIM = 'cd -- "$0" || exit 125; read -r _ || exit 125; exec </dev/null; exec "$@"'
@@ -481,7 +485,9 @@ def _limits_line(spec: RunSpec) -> str:
     parts = [
         f"cpus {spec.cpus:g}" if spec.cpus is not None else "cpus unlimited",
         f"memory {spec.memory_bytes} bytes" if spec.memory_bytes else "memory unlimited",
-        "no time limit",
+        f"time limit {format_duration(int(spec.time_limit_s))}"
+        if spec.time_limit_s
+        else "no time limit",
         f"grace {spec.grace_s:g}s",
     ]
     if spec.gpus is not None:
