@@ -72,8 +72,9 @@ class RunSpec:
     grace_s: float = 10.0
     max_line_chars: int = 16 * 1024
     owner: Mapping[str, Any] = field(default_factory=dict)
-    # Run as a uid of its own (rbs.executor.runuser.RunUsers as a dict: first, last,
-    # lock_dir, private_tmp); `uid` is the one the supervisor took, set by it alone.
+    # Run as a uid of its own (rbs.executor.runuser.as_spec: first, last, lock_dir,
+    # private_tmp, tmp); `uid` is the one the supervisor took (a StartRun setting it is
+    # refused: only the supervisor's pool hands uids out).
     users: Mapping[str, Any] | None = None
     uid: int | None = None
     # Reserved, refused when set (see the class docstring).
@@ -84,7 +85,7 @@ class RunSpec:
 
     def unsupported(self) -> list[str]:
         """The reserved fields this spec sets."""
-        names = ("container", "pty", "cpu_set", "secrets")
+        names = ("uid", "container", "pty", "cpu_set", "secrets")  # uid: the supervisor's
         return [n for n in names if getattr(self, n) not in (None, False)]
 
 

@@ -16,6 +16,7 @@ cgroup. This is where a container, a pty, a uid or cpu pinning would be set up
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import resource
@@ -187,7 +188,10 @@ class SupervisedRun:
         for note in self.cgroup.notes:
             self._sys(note)
         self._sys(_limits_line(spec))
-        error = self.user.take(self._sys) or self._spawn()
+        error = self.user.take(self._sys)
+        if error is None and self.user.uid is not None:  # in ListRuns' spec from here on
+            self.spec = dataclasses.replace(spec, uid=self.user.uid)
+        error = error or self._spawn()
         if error is not None:
             self.user.give_back(kill=False)
             self._remove_cgroup()
