@@ -16,6 +16,7 @@ from rbs.build.workspace import rules_root
 
 BASH_RUNFILES = Label(repo="bazel_tools", package="tools/bash/runfiles", name="runfiles")
 _RUNFILES_PATH = "bazel_tools/tools/bash/runfiles/runfiles.bash"
+_LIBRARY = "bazel_tools/runfiles.bash"  # below rules/
 
 
 def provided(label: Label) -> bool:
@@ -29,6 +30,8 @@ def provided(label: Label) -> bool:
 def register(an: Any, label: Label) -> TargetInfo:
     """Put the library into an analyser (once per build: the configurations share it)."""
     info, action = bash_runfiles()
+    # The library's text is part of the analysis: a changed rbs must not reuse it.
+    an.loader.files_read["@rbs//bazel_tools/runfiles.bash"] = rules_root() / _LIBRARY
     if info.label not in an.infos:
         if action.outputs[0] not in an.producers:
             an.producers[action.outputs[0]] = len(an.actions)
@@ -59,7 +62,7 @@ def bash_runfiles() -> tuple[TargetInfo, ActionSpec]:
         is_source=False,
         owner=str(BASH_RUNFILES),
     )
-    text = (rules_root() / "bazel_tools" / "runfiles.bash").read_bytes()
+    text = (rules_root() / _LIBRARY).read_bytes()
     action = ActionSpec(
         kind="write",
         mnemonic="FileWrite",

@@ -77,6 +77,10 @@ class BuildResult:
 _ANALYSIS_FILES = (
     "actions.py",
     "analysis.py",
+    "aspects.py",
+    "bazel_tools.py",
+    "existing.py",
+    "toolchains.py",
     "compat.py",
     "compat.rbs",
     "expand.py",
