@@ -87,11 +87,18 @@ class JobsClient:
             host, grpc_port = parse_address(server)
             self.server = server
         else:
-            from rbs.client.local import ensure_local
+            # A cluster that is up is found with a read of cluster.json and /proc alone;
+            # rbs.client.local (pathlib, subprocess, ...) only when it must start one.
+            from rbs.client.local_state import running_address
 
-            cluster = ensure_local(home, announce=announce)
-            host, grpc_port = cluster.host, cluster.grpc_port
-            self.server = cluster.address
+            found = running_address(home)
+            if found is None:
+                from rbs.client.local import ensure_local
+
+                cluster = ensure_local(home, announce=announce)
+                found = cluster.host, cluster.grpc_port
+            host, grpc_port = found
+            self.server = f"{host}:{grpc_port}"
         # TLS when a CA to trust is given or the address says grpcs:// (system roots).
         tls = None
         if tls_ca or (server or "").startswith("grpcs://"):

@@ -32,9 +32,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rbs.client import local_state
+
 START_TIMEOUT_S = 60.0
-_SERVE = "serve"
-_WORKER = "worker"
+_SERVE = local_state.SERVE
+_WORKER = local_state.WORKER
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,64 +65,23 @@ def local_root(home: Path | None = None) -> Path:
     return (home or rbs_home()) / "local"
 
 
-def _stat(pid: int) -> list[bytes] | None:
-    """The fields of /proc/<pid>/stat after the command name (state first), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()
-    except (FileNotFoundError, IndexError, ProcessLookupError, PermissionError):
-        return None
-
-
 def _alive(pid: int) -> bool:
-    """True if `pid` runs and is not a zombie (init here does not reap orphans)."""
-    fields = _stat(pid)
-    return fields is not None and len(fields) > 0 and fields[0] not in (b"Z", b"X")
+    return local_state.alive(pid)
 
 
 def _started(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
-    fields = _stat(pid)
-    try:
-        return int(fields[19]) if fields else None
-    except (IndexError, ValueError):
-        return None
+    return local_state.started(pid)
 
 
 def _ours(pid: int, role: str, root: Path, started: int | None) -> bool:
     """True if `pid` is this cluster's server or worker (`role`), not a reused pid."""
-    if pid <= 0 or not _alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read().decode(errors="replace").split("\0")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-    folder = str(root / ("server" if role == _SERVE else "worker"))
-    ours = "rbs" in args and "remote" in args and role in args and folder in args
-    return ours and (started is None or _started(pid) == started)
+    return local_state.ours(pid, role, str(root), started)
 
 
 def _read(root: Path) -> LocalCluster | None:
     """The cluster recorded in cluster.json, whether or not it runs."""
-    try:
-        data = json.loads((root / "cluster.json").read_text())
-        return LocalCluster(
-            root=root,
-            host=str(data["host"]),
-            grpc_port=int(data["grpc_port"]),
-            http_port=int(data["http_port"]),
-            server_pid=int(data["server_pid"]),
-            worker_pid=int(data["worker_pid"]),
-            server_started=_opt_int(data.get("server_started")),
-            worker_started=_opt_int(data.get("worker_started")),
-        )
-    except (FileNotFoundError, ValueError, TypeError, KeyError, AttributeError):
-        return None
-
-
-def _opt_int(value: object) -> int | None:
-    return value if isinstance(value, int) else None
+    record = local_state.read_record(str(root))
+    return None if record is None else LocalCluster(root=root, **record)
 
 
 def _server_ours(c: LocalCluster) -> bool:

@@ -2,7 +2,9 @@
 
 The CLI runs in shell loops, so the submit path stays on the standard library:
 click (~30 ms), grpc (~70 ms), http.client (~30 ms, with ssl and email), rich and
-argparse cost more than the whole call should (docs/design/jobs.md).
+argparse cost more than the whole call should (docs/design/jobs.md). A local cluster
+that is up is found from cluster.json and /proc (rbs.client.local_state), without
+rbs.client.local and the pathlib, subprocess and dataclasses it imports.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 import pytest
 
 HEAVY = ("click", "grpc", "http.client", "rich", "argparse")
+# What only starting a local cluster needs.
+STARTING = ("rbs.client.local", "subprocess", "pathlib", "dataclasses")
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -79,6 +83,19 @@ def test_plain_submit_imports_no_click_grpc_http_client_rich_or_argparse(home: P
     assert "rbs.client.jobs" in names
     heavy = sorted(n for n in names if any(n == h or n.startswith(h + ".") for h in HEAVY))
     assert heavy == []
+
+
+def test_a_submit_to_the_running_local_cluster_does_not_import_what_starting_one_needs(
+    home: Path,
+) -> None:
+    r = rbs(home, "job", "submit", "--name", "found", "--", "true", python=("-X", "importtime"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().isdigit()
+    names = imported(r.stderr)
+    assert "rbs.client.local_state" in names
+    assert sorted(n for n in names if n in STARTING) == []
+    # No second cluster was started: the submit went to the one the fixture started.
+    assert "started a local cluster" not in r.stderr
 
 
 def test_a_submit_the_fast_path_defers_still_works(home: Path) -> None:
