@@ -44,6 +44,7 @@ from rbs.cas.diskbatch import BatchableStore, DiskBatch
 from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, StoreFull
 from rbs.cas.eviction import TOUCH_INTERVAL
 from rbs.cas.knowngood import KnownGood
+from rbs.cas.presence import PresenceIndex
 from rbs.cas.store import CHUNK, Batch, BlobWriter
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
@@ -97,7 +98,8 @@ class DiskStore(BatchableStore):
 
     `max_size` bounds the store: when a write takes it over, least recently used blobs
     outside the lease are evicted down to 90% of it. `durable=False` skips fsync (for
-    scratch stores whose loss on a crash does not matter).
+    scratch stores whose loss on a crash does not matter). `index=True`: `find_missing`
+    answers from memory (rbs.cas.presence), for a store that one process writes.
     """
 
     def __init__(
@@ -107,6 +109,7 @@ class DiskStore(BatchableStore):
         max_size: int | None = None,
         lease: float = DEFAULT_LEASE,
         durable: bool = True,
+        index: bool = False,
     ) -> None:
         if max_size is not None and max_size < 0:
             raise ValueError(f"max_size must be a size in bytes >= 0, not {max_size}")
@@ -135,6 +138,7 @@ class DiskStore(BatchableStore):
         self._gc_lock = threading.Lock()
         self._approx_size: int | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self.index = PresenceIndex(min(TOUCH_INTERVAL, lease)) if index else None
 
     # Paths and errors.
 
@@ -155,8 +159,7 @@ class DiskStore(BatchableStore):
         return e
 
     def _ensure_parent(self, path: str) -> None:
-        parent = path.rpartition("/")[0]
-        if parent not in self._made_dirs:
+        if (parent := path.rpartition("/")[0]) not in self._made_dirs:
             os.makedirs(parent, exist_ok=True)
             self._made_dirs.add(parent)
 
@@ -203,6 +206,8 @@ class DiskStore(BatchableStore):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise self.os_error(e) from e
+        if self.index is not None and final == self._path(digest):
+            self.index.added(final.rpartition("/")[0], digest.hash, digest.size, time.time())
         # The bytes were hashed on their way in: no need to hash them again to serve them.
         with contextlib.suppress(OSError):
             self.known.add(final, st or os.stat(final))
@@ -280,6 +285,8 @@ class DiskStore(BatchableStore):
         return True
 
     def find_missing(self, digests: Iterable[Digest]) -> list[Digest]:
+        if self.index is not None:
+            return self.index.find_missing(digests, self._blob_prefix, self._present)
         # The hot path of every FindMissingBlobs: one stat() per digest, no pathlib,
         # and a touch only for blobs whose last recorded use is over a minute old.
         seen: set[Digest] = set()
@@ -447,6 +454,8 @@ class DiskStore(BatchableStore):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
                 removed = True
+        if self.index is not None:
+            self.index.removed(digest.hash)
         return removed
 
     def quarantine(self, digest: Digest) -> None:
@@ -477,14 +486,15 @@ class DiskStore(BatchableStore):
         """Evict LRU blobs outside the lease until the store holds at most `target`
         bytes (default: `max_size`, default the store's bound)."""
         bound = max_size if max_size is not None else self.max_size
-        return eviction.collect(self, bound if target is None else target)
+        result = eviction.collect(self, bound if target is None else target)
+        if self.index is not None:
+            self.index.forget_shards()
+        return result
 
     def stat(self) -> eviction.StoreStats:
-        """Counts and sizes of what the store holds."""
-        return eviction.stat(self)
+        return eviction.stat(self)  # counts and sizes of what the store holds
 
     def sweep_tmp(self, older_than: float = eviction.STALE_TMP) -> int:
         """Remove temp files older than `older_than` seconds (uploads left by a crashed
         writer; a live upload is younger than any sensible age); returns how many."""
-
         return eviction.sweep_tmp(self, older_than)

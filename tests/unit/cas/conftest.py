@@ -16,6 +16,7 @@ from rbs.cas.verify import VerifyingStore
 BACKENDS: dict[str, Callable[[Path], BlobStore]] = {
     "memory": lambda tmp: MemoryStore(),
     "disk": lambda tmp: DiskStore(tmp / "store"),
+    "indexed-disk": lambda tmp: DiskStore(tmp / "store", index=True),
     "verifying-memory": lambda tmp: VerifyingStore(MemoryStore()),
     "verifying-disk": lambda tmp: VerifyingStore(DiskStore(tmp / "store")),
     "twolevel-memory": lambda tmp: TwoLevelStore(MemoryStore(), MemoryStore()),
