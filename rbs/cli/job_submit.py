@@ -79,7 +79,14 @@ SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--nodes", INT, "N", "Run on N workers at once (a gang)."),
     ("--max-retries", INT, "N", "Retry a failed job up to N times."),
     ("--checkpoint-dir", TEXT, "DIR", "Folder saved after each attempt, restored before the next."),
-    ("--script", TEXT, "FILE", "Run this script file (staged with the job)."),
+    ("--begin", TEXT, "WHEN", "Start no earlier than WHEN: 30m, now+1h, tomorrow 09:00, ISO."),
+    ("--schedule", TEXT, "WHEN", "The same as --begin."),
+    (
+        "--script",
+        TEXT,
+        "FILE",
+        "Run this script (staged; its shebang, #RBS and #SBATCH lines); ARGS follow it.",
+    ),
     ("--manifest", TEXT, "FILE", "Submit a FILE.job.json built earlier."),
     ("--wait", FLAG, "", "Wait for the job to end; exit non-zero unless COMPLETED."),
 )
@@ -202,28 +209,53 @@ def _env_items(items: Sequence[str]) -> list[str]:
     return out
 
 
-def _script_command(path: str, inputs: list[str]) -> list[str]:
-    from pathlib import Path
+def _begin(params: Mapping[str, Any]) -> int | str | None:
+    """--begin (or --schedule) as epoch seconds, "" to clear one, None when not given."""
+    flag = "--begin" if params.get("begin") is not None else "--schedule"
+    text = params.get(flag[2:])
+    if text is None:
+        return None
+    if not text.strip():
+        return ""  # clears a begin time a target or manifest set
+    import time
 
-    p = Path(path)
-    if not p.is_file():
-        raise JobError(f"--script {path!r}: no such file")
-    inputs.append(f"{p.name}={p}")
-    with open(p, "rb") as f:
-        shebang = f.read(2) == b"#!"
-    return [f"./{p.name}"] if shebang and os.access(p, os.X_OK) else ["/bin/sh", p.name]
+    from rbs.cli.when import parse_begin
+
+    now = time.time()
+    when = parse_begin(text, now, flag=flag)
+    if when < now - 1:
+        at = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(when))
+        print(
+            f"rbs job submit: note: {flag} {text!r} ({at}) has passed; the job may start at once",
+            file=sys.stderr,
+        )
+        return ""
+    return int(when + 0.5)
+
+
+def _check_program(command: Sequence[str]) -> None:
+    """Refuse a relative program (./prepare.sh) in a job whose folder will hold nothing."""
+    program = command[0]
+    if "/" in program and not os.path.isabs(program):
+        raise JobError(
+            f"{program!r} is a relative path, but nothing is shared with the job: its folder "
+            f"holds only what --inputs stages. Stage the files with --inputs . (or --inputs "
+            f"{program}), or run a script with --script {program}"
+        )
 
 
 def submit(params: Mapping[str, Any], target: str | None = None) -> int:
     """Submit one job from `rbs job submit`'s parameters (and a //pkg:target, if one was named)."""
+    if params["script"]:
+        from rbs.cli.script_directives import script_params
+
+        params, notes = script_params(params, _KINDS)
+        for note in notes:
+            print(f"rbs job submit: note: {note}", file=sys.stderr)
     command: list[str] = list(params["command"])
     inputs = list(params["inputs"])
-    script, manifest_path = params["script"], params["manifest"]
+    manifest_path = params["manifest"]
     manifest = provenance = None
-    if script:
-        if command:
-            raise JobError("give either --script FILE or a command after --, not both")
-        command = _script_command(script, inputs)
     if manifest_path:
         from rbs.wire.manifest import manifest_from_json
 
@@ -248,6 +280,8 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
             "nothing to run: give a command after --, --script FILE, "
             "--manifest FILE.job.json or a //pkg:target"
         )
+    if manifest is None and not inputs and not params["checkpoint_dir"]:
+        _check_program(command)
     flags: dict[str, Any] = {
         "name": params["name"],
         "queue": params["queue"],
@@ -264,6 +298,7 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         "nodes": params["nodes"],
         "max_retries": params["max_retries"],
         "checkpoint_dir": params["checkpoint_dir"],
+        "begin": _begin(params),
     }
     flags = {k: v for k, v in flags.items() if v is not None}
     with client_for(params["server"], params["token_file"]) as client:

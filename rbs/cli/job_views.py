@@ -68,6 +68,8 @@ def print_show(info: JobInfo) -> None:
     row("Memory", res.get("memory"), "resources.memory")
     row("GPUs", res.get("gpus"), "resources.gpus")
     row("Time limit", r.get("time_limit") or "none", "time_limit")
+    if m.get("begin_time"):
+        row("Begins", _when(m["begin_time"]), "begin_time")
     if m.get("nodes", 1) != 1 or m.get("elastic"):
         row("Nodes", m.get("nodes"), "nodes")
     if r.get("dependencies"):

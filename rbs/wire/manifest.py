@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -265,6 +266,7 @@ def apply_flags(
         "--nodes": ("nodes", lambda v: specs.parse_count(v, "--nodes", 1)),
         "--max-retries": ("max_retries", lambda v: specs.parse_count(v, "--max-retries")),
         "--checkpoint-dir": ("checkpoint_dir", lambda v: _job_path(v, "--checkpoint-dir")),
+        "--begin": ("begin_time", _begin_time),
         "--outputs": (
             "outputs",
             lambda v: tuple(_job_path(p, "--outputs") for p in ([v] if isinstance(v, str) else v)),
@@ -351,6 +353,7 @@ _FLAG_TYPES: dict[str, tuple[type, ...]] = {
     "--priority": (str, int),
     "--nodes": (str, int),
     "--max-retries": (str, int),
+    "--begin": (str, int, float),
     "--gpus": (str, int),
     "--min-nodes": (str, int),
     "--max-nodes": (str, int),
@@ -373,6 +376,20 @@ def _check_flag_type(flag: str, value: Any) -> None:
         names = {str: "text", int: "a whole number", float: "a number", bool: "true/false"}
         forms = ", ".join(dict.fromkeys(names.get(k, "a list of text") for k in kinds))
         raise SpecError(flag, value, f"has type {type(value).__name__}", forms)
+
+
+def _begin_time(value: Any) -> float | None:
+    """--begin as the client sends it: epoch seconds (it parsed `tomorrow 09:00` in its own
+    time zone), or "" to clear a begin time the base manifest set."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    try:
+        when = float(value)
+    except ValueError:
+        when = math.nan
+    if not (math.isfinite(when) and when >= 0):
+        raise SpecError("--begin", value, "is not a time", "epoch seconds, e.g. 1767225600")
+    return when
 
 
 def _nonempty(value: Any, flag: str) -> str:
