@@ -91,7 +91,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.jobs: list[int] = []
         self.up: set[str] = set()
         self.live: dict[tuple[int, int | None, int, int], str] = {}  # node -> worker
-        self.killed: set[tuple[int, int | None, int, int]] = set()
+        # Attempts that are over or being stopped: a rank was told to stop, or rank 0
+        # (which decides how a gang ends) exited. Their other ranks may still be
+        # draining while the next attempt runs elsewhere.
+        self.stopping: set[tuple[int, int | None, int]] = set()
 
     def send(self, *events: Event) -> list[Instruction]:
         out = self.sched.handle_many(events, self.now)
@@ -102,7 +105,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 assert key not in self.live, f"started twice: {key}"
                 self.live[key] = ins.worker_id
             elif isinstance(ins, Kill):
-                self.killed.add((ins.run.job_id, ins.run.index, ins.run.attempt, ins.run.rank))
+                self.stopping.add((ins.run.job_id, ins.run.index, ins.run.attempt))
             elif isinstance(ins, Accepted):
                 self.jobs.append(ins.job_id)
         return out
@@ -133,6 +136,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def exit(self, data: st.DataObject, code: int, oom: bool) -> None:
         key = data.draw(st.sampled_from(sorted(self.live, key=str)))
         worker = self.live.pop(key)
+        if key[3] == 0:
+            self.stopping.add((key[0], key[1], key[2]))
         run = RunRef(job_id=key[0], index=key[1], attempt=key[2], rank=key[3])
         self.send(TaskExited(run=run, worker_id=worker, exit_code=code, oom=oom and code != 0))
 
@@ -181,7 +186,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def killed_runs_are_not_restarted_and_tasks_run_once(self) -> None:
         active: dict[tuple[int, int | None], set[int]] = {}
         for job_id, index, attempt, _ in self.live:
-            if (job_id, index, attempt, 0) in self.killed:
+            if (job_id, index, attempt) in self.stopping:
                 continue
             active.setdefault((job_id, index), set()).add(attempt)
         for task, attempts in active.items():
