@@ -1,12 +1,18 @@
-"""Benchmark `rbs build`: 1,000 genrules in 100 packages (chains + fan-in); prints medians.
+"""Benchmark `rbs build` at several sizes: genrules in packages of 10 (chains + fan-in).
 
-Figures: clean build (ms per action), no-op rebuild in a fresh process, rebuild after
-editing one leaf source, and loading alone (parse + evaluate every BUILD file).
+Per size (default 200, 1,000, 5,000 and 20,000 targets) it prints, as medians: loading
+(parse + evaluate every BUILD file) and analysis in a fresh process with no cache, the
+persisted analysis cache read back in a fresh process, a clean build, a no-op rebuild
+in a fresh process, and a rebuild after editing one BUILD file. Then the slope of each
+curve: ms per added target (least squares) and the exponent of a log-log fit (1.0 is
+linear). `--skip-build` leaves the builds out (loading and analysis only).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import resource
 import shutil
@@ -64,59 +70,123 @@ def timed(cmd: list[str], cwd: Path) -> float:
     return took
 
 
-def loading_time(root: Path) -> float:
-    code = (
-        "import time,sys; from pathlib import Path\n"
-        "from rbs.build.loader import Loader; from rbs.build.workspace import Workspace\n"
-        f"ws = Workspace(root=Path({str(root)!r})); t = time.perf_counter(); l = Loader(ws)\n"
-        "for p in ws.packages(): l.package(p)\n"
-        "print(time.perf_counter() - t)\n"
+_PHASES = (
+    "import json,sys,time; from pathlib import Path\n"
+    "from rbs.build.api import analyze, resolve_patterns\n"
+    "from rbs.build.loader import Loader; from rbs.build.workspace import Workspace\n"
+    "ws = Workspace(root=Path(sys.argv[1])); t0 = time.perf_counter(); l = Loader(ws)\n"
+    "labels = resolve_patterns(l, ['//...'], cwd_package=''); t1 = time.perf_counter()\n"
+    "analyze(l, labels, None); t2 = time.perf_counter()\n"
+    "print(json.dumps([t1 - t0, t2 - t1]))\n"
+)
+_CACHED = (
+    "import json,sys,time; from pathlib import Path\n"
+    "from rbs.build.driver import _analysis; from rbs.build.state import request_key\n"
+    "root = Path(sys.argv[1]); req = request_key(['//...'], '', 'bench')\n"
+    "(root / 'rbs-out').mkdir(exist_ok=True); (root / '.rbs/state').mkdir(parents=True, exist_ok=True)\n"
+    "t0 = time.perf_counter(); c = _analysis(root, ['//...'], '', req, False)[2]\n"
+    "print(json.dumps([time.perf_counter() - t0, c]))\n"
+)
+
+
+def phases(root: Path) -> tuple[float, float]:
+    """(loading s, analysis s) of //... in a fresh process, nothing cached."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PHASES, str(root)], capture_output=True, text=True, check=True
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return float(out.stdout.strip())
+    load, analysis = json.loads(out.stdout)
+    return float(load), float(analysis)
+
+
+def cached_analysis(root: Path) -> float:
+    """Seconds to read back the persisted analysis of //... in a fresh process."""
+    for _ in range(2):  # the first call saves it (the bench request is its own key)
+        out = subprocess.run(
+            [sys.executable, "-c", _CACHED, str(root)], capture_output=True, text=True, check=True
+        )
+        took, hit = json.loads(out.stdout)
+    if not hit:
+        sys.exit("the analysis cache was not used on the second read")
+    return float(took)
+
+
+def slope(ns: list[int], ts: list[float]) -> tuple[float, float]:
+    """(ms per target by least squares, log-log exponent)."""
+    mx, my = statistics.mean(ns), statistics.mean(ts)
+    per = sum((n - mx) * (t - my) for n, t in zip(ns, ts, strict=True))
+    per /= sum((n - mx) ** 2 for n in ns)
+    lx = [math.log(n) for n in ns]
+    ly = [math.log(max(t, 1e-9)) for t in ts]
+    lmx, lmy = statistics.mean(lx), statistics.mean(ly)
+    exp = sum((a - lmx) * (b - lmy) for a, b in zip(lx, ly, strict=True))
+    exp /= sum((a - lmx) ** 2 for a in lx)
+    return 1000 * per, exp
+
+
+def measure(base: Path, size: int, args: argparse.Namespace) -> dict[str, float]:
+    ws = base / f"ws{size}"
+    ws.mkdir()
+    packages = max(1, size // args.per_package)
+    n = generate(ws, packages, args.per_package)
+    med = statistics.median
+    runs = [phases(ws) for _ in range(args.runs)]
+    fig = {
+        "n": n,
+        "load": med(r[0] for r in runs),
+        "analysis": med(r[1] for r in runs),
+        "cached": med(cached_analysis(ws) for _ in range(args.runs)),
+    }
+    if not args.skip_build:
+        build = [*RBS, "build", "//...", "-j", str(args.jobs), "--plain"]
+        fig["clean"] = timed(build, ws)
+        fig["clean_cpu"] = CPU[-1]
+        fig["noop"] = med(timed(build, ws) for _ in range(max(3, args.runs)))
+        edits = []
+        for r in range(args.runs):
+            build_file = ws / f"p{(r * 37) % packages:03d}" / "BUILD"
+            build_file.write_text(build_file.read_text() + f"# edit {r}\n")
+            edits.append(timed(build, ws))
+        fig["edit"] = med(edits)
+    load_now = os.getloadavg()[0]
+    line = (
+        f"{n:>6} targets: loading {1000 * fig['load'] / n:.3f} ms/target, "
+        f"analysis {1000 * fig['analysis'] / n:.3f} ms/target, "
+        f"cached analysis {1000 * fig['cached'] / n:.3f} ms/target ({fig['cached']:.3f} s)"
+    )
+    if "noop" in fig:
+        line += (
+            f", clean build {fig['clean']:.1f} s ({1000 * fig['clean'] / n:.1f} ms/action, "
+            f"{1000 * fig['clean_cpu'] / n:.1f} ms CPU), no-op (fresh process) "
+            f"{fig['noop']:.3f} s, edit one BUILD {fig['edit']:.2f} s"
+        )
+    print(f"{line}; load average {load_now:.1f}", flush=True)
+    return fig
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--packages", type=int, default=100)
+    ap.add_argument("--sizes", default="200,1000,5000,20000", help="targets, comma-separated")
     ap.add_argument("--per-package", type=int, default=10)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--skip-build", action="store_true", help="loading and analysis only")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
+    sizes = sorted(int(x) for x in args.sizes.split(","))
     base = Path(tempfile.mkdtemp(prefix="rbs-bench-"))
+    print(
+        f"rbs build, genrules in packages of {args.per_package}, medians of {args.runs} runs, "
+        f"-j {args.jobs}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
+        flush=True,
+    )
     try:
-        ws = base / "ws"
-        ws.mkdir()
-        n = generate(ws, args.packages, args.per_package)
-        build = [*RBS, "build", "//...", "-j", str(args.jobs), "--plain"]
-        clean, clean_cpu, noop, leaf, load = [], [], [], [], []
-        load_avg = os.getloadavg()[0]
-        for r in range(args.runs):
-            shutil.rmtree(ws / ".rbs", ignore_errors=True)
-            shutil.rmtree(ws / "rbs-out", ignore_errors=True)
-            clean.append(timed(build, ws))
-            clean_cpu.append(CPU[-1])
-            for _ in range(3):
-                noop.append(timed(build, ws))
-            leaf_file = ws / f"p{(r * 37) % args.packages:03d}" / "in.txt"
-            leaf_file.write_text(leaf_file.read_text() + f"edit {r}\n")
-            leaf.append(timed(build, ws))
-            load.append(loading_time(ws))
-        med = statistics.median
-        print(
-            f"workspace: {n} genrule targets in {args.packages + 1} packages, -j {args.jobs}, "
-            f"{args.runs} runs, load average {load_avg:.1f} -> {os.getloadavg()[0]:.1f} "
-            f"on {os.cpu_count()} cores"
-        )
-        print(
-            f"clean build:            median {med(clean):.2f} s  ({1000 * med(clean) / n:.1f} ms "
-            f"per action; {1000 * med(clean_cpu) / n:.1f} ms CPU per action)"
-        )
-        print(f"no-op rebuild (fresh):  median {med(noop):.3f} s")
-        print(f"edit one leaf, rebuild: median {med(leaf):.3f} s")
-        print(
-            f"loading (parse+eval):   median {1000 * med(load):.0f} ms for {args.packages + 1} BUILD files"
-        )
+        figs = [measure(base, size, args) for size in sizes]
+        if len(figs) < 2:
+            return
+        ns = [int(f["n"]) for f in figs]
+        curves = ["load", "analysis", "cached"] + (["noop", "clean"] if "noop" in figs[0] else [])
+        for name in curves:
+            per, exp = slope(ns, [f[name] for f in figs])
+            print(f"slope {name:>8}: {per:.4f} ms per added target, log-log exponent {exp:.2f}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -74,26 +74,12 @@ class BuildResult:
         return Digest(function=DigestFunction.BLAKE3, hash=h, size=size), exe
 
 
-_ANALYSIS_FILES = (
-    "actions.py",
-    "analysis.py",
-    "aspects.py",
-    "bazel_tools.py",
-    "existing.py",
-    "toolchains.py",
-    "compat.py",
-    "compat.rbs",
-    "expand.py",
-    "graph.py",
-    "labels.py",
-    "loader.py",
-    "lower.py",
-    "prelude.rbs",
-    "rules.py",
-    "select.py",
-    "starlark_env.py",
-    "unsupported.py",
-)
+def analysis_sources() -> list[str]:
+    """Every module and Starlark file of rbs.build: the cached analysis depends on all
+    of them, so an upgraded or edited rbs never reuses an old graph (a module left off
+    a hand-kept list would)."""
+    here = Path(__file__).resolve().parent
+    return sorted(str(p) for p in here.iterdir() if p.suffix in (".py", ".rbs"))
 
 
 def _analysis(
@@ -108,8 +94,14 @@ def _analysis(
     """(labels, graph, whether it came from the cache, paths the analysis depends on)."""
     cached = load_cached_analysis_with_deps(root, request)
     if cached is not None:
-        deps_read, (labels, graph) = cached
-        return labels, graph, True, deps_read
+        deps_read, payload = cached
+        if (
+            isinstance(payload, tuple)
+            and len(payload) == 2
+            and isinstance(payload[0], list)
+            and isinstance(payload[1], ActionGraph)
+        ):
+            return payload[0], payload[1], True, deps_read
     from rbs.build.api import analyze, resolve_patterns
     from rbs.build.loader import Loader
     from rbs.build.workspace import Workspace
@@ -135,9 +127,7 @@ def _analysis(
     deps.update(d or "." for d in dirs)
     deps.update(d or "." for d in loader.packages)
     deps.update(loader.dirs_read)
-    # The analysis code itself: an upgraded (or edited) rbs must not reuse old graphs.
-    here = Path(__file__).resolve().parent
-    deps.update(str(here / name) for name in _ANALYSIS_FILES)
+    deps.update(analysis_sources())
     from rbs.build.workspace import ROOT_FILES
 
     deps.add(next((n for n in ROOT_FILES if (root / n).exists()), "WORKSPACE"))

@@ -22,7 +22,9 @@ from typing import Any
 
 import blake3
 
-FORMAT = 3
+from rbs import __version__
+
+FORMAT = 4
 MAX_ENTRIES = 200_000  # per table; a few tens of MB at most
 StatKey = tuple[int, int, int, int]  # mtime_ns, size, inode, ctime_ns
 
@@ -50,8 +52,11 @@ def _key(root: Path, rel: str) -> StatKey | None:
 
 
 def request_key(patterns: Iterable[str], cwd_package: str, mode: str) -> str:
-    """Names one kind of request (patterns + cwd + build/test/run) in the state."""
-    text = "\0".join([mode, cwd_package, *patterns])
+    """Names one kind of request (patterns + cwd + build/test/run) in the state.
+
+    The rbs version is part of the key: another release never reuses a graph or a
+    no-op record of this one, even where its files kept their stat data."""
+    text = "\0".join([__version__, mode, cwd_package, *patterns])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -59,7 +64,7 @@ def _load(path: Path) -> Any:
     try:
         with open(path, "rb") as f:
             data = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError):
+    except Exception:  # a corrupt or foreign file is no cache: it is rebuilt
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
@@ -127,7 +132,11 @@ class BuildState:
     def load(cls, root: Path) -> BuildState:
         st = cls(root=root)
         value = _load(st.dir / "state.pickle")
-        if isinstance(value, tuple) and len(value) == 5:
+        if (
+            isinstance(value, tuple)
+            and len(value) == 5
+            and all(isinstance(table, dict) for table in value)
+        ):
             st.stats.entries, st.memo, st.noop, st.published, st.published_digest = value
         return st
 
@@ -166,19 +175,48 @@ def load_cached_analysis(root: Path, request: str) -> Any:
 
 
 def load_cached_analysis_with_deps(root: Path, request: str) -> tuple[list[str], Any] | None:
-    """(paths the analysis read, analysis) if none of those files changed, else None."""
+    """(paths the analysis read, analysis) if none of those files changed, else None.
+
+    A path whose stat data changed is compared by content (`content_key`), so a
+    touched or rewritten but equal BUILD file, or a folder whose entries came back
+    as they were, keeps the cache."""
     value = _load(root / ".rbs" / "state" / f"analysis-{request}.pickle")
-    if not isinstance(value, tuple) or len(value) != 2:
+    if not isinstance(value, tuple) or len(value) != 2 or not isinstance(value[0], tuple):
         return None
     deps, payload = value
-    if all(stat_key(root / p) == k for p, k in deps):
-        return [p for p, _ in deps], payload
-    return None
+    paths: list[str] = []
+    for dep in deps:
+        if not (isinstance(dep, tuple) and len(dep) == 3 and isinstance(dep[0], str)):
+            return None
+        p, key, content = dep
+        full = root / p
+        if stat_key(full) != key and content_key(full) != content:
+            return None
+        paths.append(p)
+    return paths, payload
 
 
 def save_analysis(root: Path, request: str, deps: Iterable[str], payload: Any) -> None:
-    rec = tuple((p, stat_key(root / p)) for p in sorted(set(deps)))
+    rec = tuple((p, stat_key(root / p), content_key(root / p)) for p in sorted(set(deps)))
     _save(root / ".rbs" / "state" / f"analysis-{request}.pickle", (rec, payload))
+
+
+def content_key(path: Path) -> str | None:
+    """blake3 of a file's bytes, or of a folder's sorted entry names (what a glob or a
+    package walk reads of it); None when it is missing or unreadable."""
+    h = blake3.blake3()
+    try:
+        if path.is_dir():
+            with os.scandir(path) as it:
+                names = sorted(e.name + ("/" if e.is_dir() else "") for e in it)
+            h.update("\0".join(names).encode())
+            return "d" + str(h.hexdigest())
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return None
+    return "f" + str(h.hexdigest())
 
 
 def signature(parts: Iterable[str]) -> str:
