@@ -28,6 +28,7 @@ from rbs.cli.job_submit import (
     use_tls_ca,
 )
 from rbs.cli.job_submit import submit as submit_job
+from rbs.cli.job_update import update as update_command
 
 if TYPE_CHECKING:
     from rbs.wire.jobs_api import JobInfo
@@ -365,6 +366,9 @@ def cancel(server: str | None, token_file: str | None, ids: tuple[str, ...]) -> 
         return 0
 
     _done("cancel", run)
+
+
+job.add_command(update_command)  # rbs/cli/job_update.py
 
 
 @job.command("outputs")

@@ -209,7 +209,7 @@ def _env_items(items: Sequence[str]) -> list[str]:
     return out
 
 
-def _begin(params: Mapping[str, Any]) -> int | str | None:
+def _begin(params: Mapping[str, Any], cmd: str = "submit") -> int | str | None:
     """--begin (or --schedule) as epoch seconds, "" to clear one, None when not given."""
     flag = "--begin" if params.get("begin") is not None else "--schedule"
     text = params.get(flag[2:])
@@ -226,7 +226,7 @@ def _begin(params: Mapping[str, Any]) -> int | str | None:
     if when < now - 1:
         at = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(when))
         print(
-            f"rbs job submit: note: {flag} {text!r} ({at}) has passed; the job may start at once",
+            f"rbs job {cmd}: note: {flag} {text!r} ({at}) has passed; the job may start at once",
             file=sys.stderr,
         )
         return ""

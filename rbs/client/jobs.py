@@ -340,6 +340,12 @@ class JobsClient:
     def cancel(self, job_ids: Sequence[str]) -> list[str]:
         return jobs_api.cancelled_ids(self._call("POST", req.CANCEL_PATH, req.cancel_body(job_ids)))
 
+    def update(self, job_id: str, flags: Mapping[str, Any]) -> JobInfo:
+        """Change a pending job (`rbs job update`): flags keyed "--begin", "--priority",
+        "--time", "--queue"; the job as it is now."""
+        body = req.update_body(flags)
+        return jobs_api.job_info(self._call("POST", req.update_path(job_id), body))
+
     def output_digests(self, job_id: str) -> list[dict[str, Any]]:
         return jobs_api.output_records(self._call("GET", req.outputs_path(job_id)))
 

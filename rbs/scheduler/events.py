@@ -178,6 +178,22 @@ class TaskStarted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Update:
+    """Change a pending job (`rbs job update`): its manifest with the new begin time,
+    priority, time limit or queue layered in (rbs.scheduler.update checks them).
+
+    `by` asked; `admin` says whether they hold the admin role, which raising the priority
+    or the time limit takes."""
+
+    job_id: int
+    manifest: JobManifest
+    provenance: tuple[tuple[str, str], ...] = ()
+    by: str = UNKNOWN_USER
+    admin: bool = False
+    event_id: str = field(default_factory=_next_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
     """Time passed: time limits, heartbeat loss, begin times and age bonuses are checked."""
 
@@ -195,4 +211,5 @@ Event = (
     | Heartbeat
     | TaskStarted
     | Tick
+    | Update
 )

@@ -11,6 +11,7 @@ Routes (all JSON unless noted; errors are {"error": {"code", "message"}}):
     GET  /v1/jobs/{id}/logs?after=&tail=&follow=1   NDJSON lines, then {"end": true}
     GET  /v1/jobs/{id}/outputs                                     -> {"outputs": [...]}
     POST /v1/jobs/cancel                {"ids": [...]}              -> {"cancelled": [...]}
+    POST /v1/jobs/{id}/update           {"flags": {"--priority": 3}} -> job (a pending one)
     GET  /v1/queues, GET /v1/status
     POST /v1/cas/missing                {"digests": ["fn:hash/size"]} -> {"missing": [...]}
     POST /v1/cas/batch                  a JSON list of digests, a newline, their bytes
@@ -96,6 +97,7 @@ class JobsApi:
         r.add_post("/v1/jobs", self.submit)
         r.add_get("/v1/jobs", self.list_jobs)
         r.add_post("/v1/jobs/cancel", self.cancel)
+        r.add_post("/v1/jobs/{id}/update", self.update)
         r.add_get("/v1/jobs/{id}", self.show)
         r.add_get("/v1/jobs/{id}/wait", self.wait)
         r.add_get("/v1/jobs/{id}/logs", self.logs)
@@ -198,6 +200,21 @@ class JobsApi:
                 raise PermissionDenied(reason)
         await self.driver.cancel(refs, by=p.user)
         return web.json_response(jobs_api.cancelled_doc(refs))
+
+    async def update(self, request: web.Request) -> web.Response:
+        # rbs job update: the owner or an admin; raising a priority or a time limit is
+        # the admin's alone (rbs.scheduler.update).
+        from rbs.server.job_update import update_job
+
+        job_id = _task(request.match_info["id"]).job_id
+        flags = req.update_request(await self._json(request))
+        p, v = request[PRINCIPAL], self.driver.view(job_id)
+        reason = owner_refusal(p, job_id, v.user, v.parent)
+        if reason is not None:
+            self.auth.refusals.refused("update", request.remote, reason)
+            raise PermissionDenied(reason)
+        await update_job(self.driver, job_id, flags, p.user, p.has(Role.ADMIN))
+        return web.json_response(jobs_api.job_doc(self.driver.view(job_id)))
 
     async def logs(self, request: web.Request) -> web.StreamResponse:
         ref = _task(request.match_info["id"])

@@ -253,6 +253,32 @@ def cancel_request(body: Any) -> list[tuple[int, int | None]]:
     return [parse_task_id(str(i)) for i in ids]
 
 
+# What `rbs job update` may change (as `rbs job submit` flags) and nothing else.
+UPDATE_FLAGS = ("--begin", "--priority", "--time", "--queue")
+
+
+def update_path(job_id: str) -> str:
+    """`POST /v1/jobs/{id}/update` {"flags": {"--priority": 3}}: change a pending job."""
+    return f"{job_path(job_id)}/update"
+
+
+def update_body(flags: Mapping[str, Any]) -> dict[str, Any]:
+    return {"flags": dict(flags)}
+
+
+def update_request(body: Any) -> dict[str, Any]:
+    """A `POST /v1/jobs/{id}/update` body's flags: some of UPDATE_FLAGS, with values."""
+    flags = body.get("flags") if isinstance(body, dict) else None
+    if not isinstance(flags, dict) or not flags:
+        raise _invalid('want {"flags": {"--priority": 3, "--begin": ..., ...}}')
+    for flag, value in flags.items():
+        if flag not in UPDATE_FLAGS:
+            raise _invalid(f"{flag}: rbs job update changes only {', '.join(UPDATE_FLAGS)}")
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise _invalid(f"{flag}: want text or a number, not {type(value).__name__}")
+    return dict(flags)
+
+
 def job_ref(text: str) -> tuple[int, int | None]:
     """The `{id}` of a job path as (job id, array index or None)."""
     from rbs.wire.specs import parse_task_id
