@@ -1,17 +1,21 @@
 """Start-up time of the hot `rbs` commands, each in a fresh process: median, min and max.
 
 The CLI runs in shell loops (`for f in *; do rbs job submit ...; done`), so the wall
-time of one fresh process is part of the product. Goal:
+time of one fresh process is part of the product. Goal (issue 12):
 
-    `rbs job submit -- true` against a running server, per call   <= 30 ms
+    `rbs job submit -- true`, per call, against a named server           <= 30 ms
+    the same against the embedded local cluster ($RBS_HOME/local)        <= 30 ms
 
 The jobs commands talk to a server (`rbs remote serve`) and one worker (`rbs remote
-worker`) that this script starts on 127.0.0.1 in a temp folder; `rbs build` runs in a
-copy of examples/WORKSPACE after one real build, so the timed calls are no-op builds.
-Each command runs once unmeasured first, with compiled bytecode kept in the temp folder,
-as an installed rbs runs.
+worker`) that this script starts on 127.0.0.1 in a temp folder, and to an embedded
+cluster started under a temp $RBS_HOME by a first submit (stopped at the end);
+`rbs build` runs in a copy of examples/WORKSPACE after one real build, so the timed
+calls are no-op builds. Each command runs once unmeasured first, with compiled bytecode
+kept in the temp folder, as an installed rbs runs; then the commands take turns. Besides wall time it prints each
+process's CPU time (user + system, from wait4), which a loaded machine moves less, and
+`python -c pass` as the floor, with the load average.
 
-    .venv/bin/python bench/cli_startup.py [--runs 15]
+    .venv/bin/python bench/cli_startup.py [--runs 15] [--jobs-only]
 """
 
 from __future__ import annotations
@@ -55,7 +59,9 @@ def _spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[
         return subprocess.Popen([*_rbs(), *args], stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def start_cluster(tmp: Path, env: dict[str, str]) -> tuple[list[subprocess.Popen[bytes]], str]:
+def start_cluster(
+    tmp: Path, env: dict[str, str], job_slots: int = 4
+) -> tuple[list[subprocess.Popen[bytes]], str]:
     """A server and one worker on 127.0.0.1, port 0; returns them and the server address."""
     quiet = ["--log-level", "warning"]
     ready = tmp / "server.ready"
@@ -64,7 +70,7 @@ def start_cluster(tmp: Path, env: dict[str, str]) -> tuple[list[subprocess.Popen
     address = f"127.0.0.1:{_ready(server, ready, tmp / 'server.log')['port']}"
     ready = tmp / "worker.ready"
     work = ["remote", "worker", "--server", address, "--work-dir", str(tmp / "worker")]
-    slots = ["--job-slots", "4", "--build-slots", "1"]
+    slots = ["--job-slots", str(job_slots), "--build-slots", "1"]
     worker = _spawn([*work, *slots, "--ready-file", str(ready), *quiet], tmp / "worker.log", env)
     _ready(worker, ready, tmp / "worker.log")
     return [worker, server], address
@@ -80,25 +86,45 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait()
 
 
-def timed(args: list[str], runs: int, env: dict[str, str], cwd: Path) -> list[float]:
-    """Wall seconds of `runs` fresh processes of `rbs ARGS`, after one unmeasured call."""
-    cmd = [*_rbs(), *args]
+def once(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall s, CPU s: user + system from wait4) of one fresh process, which must succeed."""
+    started = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    took = time.perf_counter() - started
+    err = p.stderr.read().decode() if p.stderr else ""
+    if p.stderr:
+        p.stderr.close()
+    p.returncode = code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"`{' '.join(cmd)}` failed ({code}):\n{err}")
+    return took, usage.ru_utime + usage.ru_stime
 
-    def once() -> float:
-        started = time.perf_counter()
-        r = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        took = time.perf_counter() - started
-        if r.returncode != 0:
-            sys.exit(f"`rbs {' '.join(args)}` failed ({r.returncode}):\n{r.stderr.decode()}")
-        return took
 
-    once()
-    return [once() for _ in range(runs)]
+def timed(
+    cases: list[tuple[list[str], dict[str, str], Path]], runs: int
+) -> list[tuple[list[float], list[float]]]:
+    """(walls, CPU times) of `runs` fresh processes of each command, after one unmeasured
+    call each; the commands take turns, so a change in the machine's load hits them alike."""
+    for cmd, env, cwd in cases:
+        once(cmd, env, cwd)
+    out: list[tuple[list[float], list[float]]] = [([], []) for _ in cases]
+    for _ in range(runs):
+        for (cmd, env, cwd), (walls, cpus) in zip(cases, out, strict=True):
+            wall, cpu = once(cmd, env, cwd)
+            walls.append(wall)
+            cpus.append(cpu)
+    return out
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15, help="fresh processes per command")
+    ap.add_argument("--jobs-only", action="store_true", help="only the floor and job commands")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="rbs-cli-bench-"))
@@ -113,28 +139,46 @@ def main() -> None:
         procs, address = start_cluster(tmp, env)
         jobs_env = {**env, "RBS_REMOTE": address}
         first = subprocess.run(
-            [*_rbs(), "build", "//greet/..."], cwd=ws, env=env, capture_output=True, text=True
+            [*_rbs(), "job", "submit", "--", "true"], env=env, capture_output=True, text=True
         )
         if first.returncode != 0:
-            sys.exit(f"the first build failed:\n{first.stderr}")
+            sys.exit(f"the embedded cluster did not start:\n{first.stderr}")
+        submit = ["job", "submit", "--", "true"]
         cases: list[tuple[str, list[str], dict[str, str], Path]] = [
-            ("rbs --version", ["--version"], env, tmp),
-            ("rbs --help", ["--help"], env, tmp),
-            ("rbs job --help", ["job", "--help"], env, tmp),
-            ("rbs job submit -- true", ["job", "submit", "--", "true"], jobs_env, tmp),
-            ("rbs job list", ["job", "list"], jobs_env, tmp),
-            ("rbs build //greet/... (no-op)", ["build", "//greet/..."], env, ws),
+            ("python -c pass (the floor)", [], env, tmp),
+            ("rbs job submit -- true (named)", submit, jobs_env, tmp),
+            ("rbs job submit -- true (embedded)", submit, env, tmp),
         ]
+        if not args.jobs_only:
+            first = subprocess.run(
+                [*_rbs(), "build", "//greet/..."], cwd=ws, env=env, capture_output=True, text=True
+            )
+            if first.returncode != 0:
+                sys.exit(f"the first build failed:\n{first.stderr}")
+            cases += [
+                ("rbs --version", ["--version"], env, tmp),
+                ("rbs --help", ["--help"], env, tmp),
+                ("rbs job --help", ["job", "--help"], env, tmp),
+                ("rbs job list", ["job", "list"], jobs_env, tmp),
+                ("rbs build //greet/... (no-op)", ["build", "//greet/..."], env, ws),
+            ]
         print(f"{args.runs} fresh processes each ({' '.join(_rbs())}); milliseconds")
-        print(f"{'command':34} {'median':>7} {'min':>7} {'max':>7}")
-        for label, argv, case_env, cwd in cases:
-            values = [1000 * v for v in timed(argv, args.runs, case_env, cwd)]
+        print(f"load average at the start: {load()}")
+        print(f"{'command':36} {'median':>7} {'min':>7} {'max':>7} {'CPU med':>8}")
+        commands = [
+            ([*_rbs(), *argv] if argv else [sys.executable, "-c", "pass"], case_env, cwd)
+            for _, argv, case_env, cwd in cases
+        ]
+        for (label, *_), (walls, cpus) in zip(cases, timed(commands, args.runs), strict=True):
+            values = [1000 * v for v in walls]
             print(
-                f"{label:34} {statistics.median(values):7.1f} "
-                f"{min(values):7.1f} {max(values):7.1f}",
+                f"{label:36} {statistics.median(values):7.1f} "
+                f"{min(values):7.1f} {max(values):7.1f} {1000 * statistics.median(cpus):8.1f}",
                 flush=True,
             )
+        print(f"load average at the end: {load()}")
     finally:
+        subprocess.run([*_rbs(), "remote", "down"], env=env, capture_output=True, check=False)
         stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
 
