@@ -294,6 +294,8 @@ class JobManifest:
     checkpoint_dir: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     outputs: tuple[str, ...] = ()
+    # Names of the job's secrets (values travel apart: rbs.server.secrets).
+    secrets: tuple[str, ...] = ()
     array: ArraySpec | None = None
     dependencies: tuple[Dependency, ...] = ()
     begin_time: float | None = None  # epoch seconds; PENDING (BeginTime) until then
@@ -329,6 +331,7 @@ class JobManifest:
                     f"env variable {key} is set by the scheduler and cannot be overridden"
                 )
         object.__setattr__(self, "env", env)
+        object.__setattr__(self, "secrets", _secret_names(self.secrets, env))
         object.__setattr__(
             self,
             "dependencies",
@@ -360,3 +363,20 @@ class JobManifest:
             assert self.min_nodes is not None and self.max_nodes is not None
             return self.min_nodes, self.max_nodes
         return self.nodes, self.nodes
+
+
+def _secret_names(names: tuple[str, ...], env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """Secret names, sorted: env names, none reserved, none twice, none also in env."""
+    keys = {k for k, _ in env}
+    out = tuple(sorted(names))
+    for name, prev in zip(out[1:], out, strict=False):
+        if name == prev:
+            raise ValueError(f"secrets: {name} given twice")
+    for name in out:
+        if not _ENV_KEY.fullmatch(name):
+            raise ValueError(f"secrets: {name!r} is not a valid variable name")
+        if name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV:
+            raise ValueError(f"secrets: {name} is set by the scheduler and cannot be overridden")
+        if name in keys:
+            raise ValueError(f"secrets: {name} is also given as a plain variable; give it once")
+    return out

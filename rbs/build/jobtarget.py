@@ -48,6 +48,7 @@ TARGET_FIELDS = (
     "checkpoint_dir",
     "env",
     "outputs",
+    "secrets",
 )
 
 
@@ -96,6 +97,7 @@ def job_spec(
     checkpoint_dir: str,
     outputs: Sequence[str],
     data_paths: Sequence[str],
+    secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Check a job rule's attribute values; return the manifest's fields as JSON values.
 
@@ -188,10 +190,11 @@ def job_spec(
             checkpoint_dir=ckpt,
             env=env_items,
             outputs=outs,
+            secrets=tuple(secrets),
         )
     except ValueError as e:
         # Reserved variable names and the like: JobManifest's message names the value.
-        attr = "env" if "env" in str(e) else "attributes"
+        attr = next((a for a in ("secrets", "env") if a in str(e)), "attributes")
         raise ValueError(f"attribute {attr!r}: {e}") from None
     try:
         # The ranges and characters every job keeps (rbs.units.LIMITS), as for flags.

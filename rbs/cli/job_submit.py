@@ -75,6 +75,12 @@ SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--env", LIST, "KEY[=VALUE]", "Set (or copy from here) a variable; repeatable."),
     ("--inputs", LIST, "PATH|DEST=SRC", "Stage into the working directory; repeatable."),
     ("--outputs", LIST, "PATH", "Record PATH into the CAS when the job ends; repeatable."),
+    (
+        "--secret",
+        LIST,
+        "NAME|NAME=@FILE",
+        "A secret in the job's environment, from yours or a file; masked in logs; repeatable.",
+    ),
     ("--no-requeue", FLAG, "", "End as NODE_FAIL on worker loss instead of requeuing."),
     ("--nodes", INT, "N", "Run on N workers at once (a gang)."),
     ("--max-retries", INT, "N", "Retry a failed job up to N times."),
@@ -300,6 +306,11 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         "checkpoint_dir": params["checkpoint_dir"],
         "begin": _begin(params),
     }
+    from rbs.client.secrets import read_secrets
+
+    named = manifest.secrets if manifest is not None else ()
+    secret_names, secrets = read_secrets(params["secret"], named)
+    flags["secret"] = secret_names or None
     flags = {k: v for k, v in flags.items() if v is not None}
     with client_for(params["server"], params["token_file"]) as client:
         if manifest is not None:
@@ -312,7 +323,12 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
             source = Path(manifest_path) if manifest_path else None
             stage_manifest_inputs(client, manifest, source=source)
         job_id = client.submit(
-            command or None, manifest=manifest, provenance=provenance, inputs=inputs, **flags
+            command or None,
+            manifest=manifest,
+            provenance=provenance,
+            inputs=inputs,
+            secrets=secrets,
+            **flags,
         )
         print(job_id)
         sys.stdout.flush()

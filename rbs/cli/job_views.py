@@ -102,6 +102,8 @@ def print_show(info: JobInfo) -> None:
             else m["env"],
             "env",
         )
+    if m.get("secrets"):
+        row("Secrets", ", ".join(m["secrets"]) + " (values never shown)", "secrets")
     row("Workers", ", ".join(r.get("workers", [])) or "-")
     if r.get("exit_code") is not None or r.get("signal"):
         sig = f" (signal {r['signal']})" if r.get("signal") else ""

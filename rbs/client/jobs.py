@@ -172,14 +172,16 @@ class JobsClient:
         provenance: Mapping[str, str] | None = None,
         inputs: Sequence[str] = (),
         cwd: Path | None = None,
+        secrets: Mapping[str, str] | None = None,
         **flags: Any,
     ) -> str:
         """Submit a job and return its id.
 
         Flags use `rbs job submit`'s names with underscores: name, queue, priority, cpus,
         memory_gb, gpus, time, deps, array, env (list of KEY=VALUE), outputs, no_requeue,
-        nodes, max_retries, checkpoint_dir. `manifest` (from a job target) is the base the
-        flags override. `inputs` are staged through the CAS first.
+        nodes, max_retries, checkpoint_dir, secret (names). `manifest` (from a job target) is
+        the base the flags override. `inputs` are staged through the CAS first. `secrets`
+        are the values of the secrets the job names (rbs.client.secrets.read_secrets).
         """
         root = None
         if inputs:
@@ -189,16 +191,19 @@ class JobsClient:
             from rbs.wire.manifest import apply_flags
 
             m, prov = apply_flags(manifest, provenance, cli_flags, command=command, input_root=root)
-            return self.submit_manifest(m, prov)
+            return self.submit_manifest(m, prov, secrets)
         # The server layers the flags (apply_flags) and answers a bad value naming its flag.
         body = req.submit_flags_body(command, cli_flags, root, req.new_request_id())
-        return self._submit(body)
+        return self._submit(_with_secrets(body, secrets))
 
     def submit_manifest(
-        self, manifest: JobManifest, provenance: Mapping[str, str] | None = None
+        self,
+        manifest: JobManifest,
+        provenance: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> str:
         body = req.submit_manifest_body(manifest, provenance, req.new_request_id())
-        return self._submit(body)
+        return self._submit(_with_secrets(body, secrets))
 
     def _submit(self, body: dict[str, Any]) -> str:
         """POST a submit; on a lost connection, once more with the same request id, which
@@ -368,3 +373,9 @@ class JobsClient:
             target = dest / f"task-{rec['task']}" if many and rec.get("task") is not None else dest
             fetch_tree(self.conn, Digest.parse(rec["digest"]), target)
         return dest
+
+
+def _with_secrets(body: dict[str, Any], secrets: Mapping[str, str] | None) -> dict[str, Any]:
+    if secrets:
+        body["secrets"] = dict(secrets)
+    return body

@@ -24,7 +24,7 @@ from typing import Any
 
 from rbs.cas.errors import CasError
 from rbs.cas.store import BlobStore
-from rbs.executor import jobfiles
+from rbs.executor import jobfiles, jobsecrets
 from rbs.executor.jobfiles import CollectedTrees, RunDirs
 from rbs.executor.joblog import LogSink, LogSpool, LogSpoolError
 from rbs.executor.jobship import LogShipper
@@ -251,10 +251,12 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
 def run_spec(run: LeaseRun, spec: JobSpec, users: RunUsers | None = None) -> RunSpec:
     """The supervisor's view of a job process."""
     task = f" task {spec.task_id}" if spec.task_id is not None else ""
+    env, secrets = jobsecrets.split(spec.final_env())
     return RunSpec(
         lease_id=run.lease_id,
         argv=spec.argv,
-        env=spec.final_env(),
+        env=env,
+        secrets=secrets,
         cwd=str(spec.workdir),
         spool=str(run.dirs.spool),
         key=spec.key,

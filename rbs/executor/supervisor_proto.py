@@ -81,11 +81,12 @@ class RunSpec:
     container: Mapping[str, Any] | None = None
     pty: bool = False
     cpu_set: tuple[int, ...] | None = None
+    # Added to `env` at spawn only, and masked in the log (rbs.executor.jobsecrets).
     secrets: Mapping[str, str] | None = None
 
     def unsupported(self) -> list[str]:
         """The reserved fields this spec sets."""
-        names = ("uid", "container", "pty", "cpu_set", "secrets")  # uid: the supervisor's
+        names = ("uid", "container", "pty", "cpu_set")  # uid: the supervisor's
         return [n for n in names if getattr(self, n) not in (None, False)]
 
 

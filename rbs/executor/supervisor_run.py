@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rbs.executor import procs, runuser
+from rbs.executor import jobsecrets, procs, runuser
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, Limits, NullCgroup
 from rbs.executor.joblog import LineSplitter, LogSpool
 from rbs.executor.supervisor_proto import Exited, RunSpec
@@ -231,7 +231,7 @@ class SupervisedRun:
             pid = os.posix_spawn(
                 argv[0],
                 argv,
-                dict(spec.env),
+                {**spec.env, **(spec.secrets or {})},
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, go_r, 0),
                     (os.POSIX_SPAWN_DUP2, out_w, 1),
@@ -260,7 +260,7 @@ class SupervisedRun:
         self._start_mono = time.monotonic()
         for fd, stream in ((out_r, LogStream.OUT), (err_r, LogStream.ERR)):
             os.set_blocking(fd, False)
-            self.pipes[fd] = (stream, LineSplitter(spec.max_line_chars))
+            self.pipes[fd] = (stream, jobsecrets.splitter(spec.max_line_chars, spec.secrets))
             self._watch(self, fd, "pipe")
         try:
             self.pidfd = os.pidfd_open(pid)

@@ -40,6 +40,7 @@ from rbs.server.instances import Instances
 from rbs.server.job_driver import JobDriver
 from rbs.server.jobs_http import JobsApi, start_http
 from rbs.server.operations import OperationRegistry, OperationStore
+from rbs.server.secrets import JobSecrets
 from rbs.server.tokens import ServerAuth, advertised_address, run_env, server_auth
 from rbs.server.workers_service import HubConfig, WorkerHub
 
@@ -187,11 +188,16 @@ async def start_cluster(
         engine.restore()
         hub.start()
         stack.push_async_callback(hub.stop)
+        secrets: JobSecrets | None = None
         if driver is not None:
             auth.run_user = driver.sched.run_user
-            driver.run_env = run_env(auth, advertised_address(host, config.server.port))
+            secrets = JobSecrets(data_dir, driver)
+            base_env = run_env(auth, advertised_address(host, config.server.port))
+            driver.run_env = secrets.wrap(base_env)
             driver.start()
             stack.push_async_callback(driver.stop)
+            secrets.start()
+            stack.push_async_callback(secrets.stop)
         parts = ServerParts(
             config=config,
             store=store,
@@ -218,7 +224,8 @@ async def start_cluster(
         if driver is not None:
             http_port = grpc.port + 1
             try:
-                http = await start_http(JobsApi(driver, store, auth), host, http_port, config)
+                api = JobsApi(driver, store, auth, secrets)
+                http = await start_http(api, host, http_port, config)
             except OSError as e:
                 raise OSError(
                     f"cannot serve the jobs API on {host}:{http_port} (the gRPC port + 1): {e}; "

@@ -40,6 +40,7 @@ from rbs.server.config import Config
 from rbs.server.http_guard import HttpGuard
 from rbs.server.job_driver import JobDriver, JobRequestError
 from rbs.server.job_listing import JobListing
+from rbs.server.secrets import JobSecrets, check_values
 from rbs.server.tls import check_pair, http_context
 from rbs.server.tokens import ServerAuth
 from rbs.wire import jobs_api
@@ -80,8 +81,15 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 
 
 class JobsApi:
-    def __init__(self, driver: JobDriver, store: BlobStore, auth: ServerAuth) -> None:
+    def __init__(
+        self,
+        driver: JobDriver,
+        store: BlobStore,
+        auth: ServerAuth,
+        secrets: JobSecrets | None = None,
+    ) -> None:
         self.driver = driver
+        self.secrets = secrets  # None: a submit that names secrets is refused
         self.store = store
         # The connection caps, timeouts and body limits (rbs.server.http_guard); the
         # server's own come from its [http] table (rbs.server.cluster).
@@ -164,7 +172,14 @@ class JobsApi:
                 )
         p = request[PRINCIPAL]
         parent = p.job_id if p.has(Role.RUN) else None
-        job_id = await self.driver.submit(manifest, prov, request_id, owner=(p.user, parent))
+        values = check_values(manifest, body.get("secrets"))
+        if self.secrets is None:
+            if values:
+                raise FailedPrecondition("this server keeps no job secrets")
+            job_id = await self.driver.submit(manifest, prov, request_id, owner=(p.user, parent))
+        else:
+            owner = (p.user, parent)
+            job_id = await self.secrets.submit(manifest, prov, request_id, owner, values)
         return web.json_response(jobs_api.submitted_doc(job_id))
 
     async def list_jobs(self, request: web.Request) -> web.Response:

@@ -69,6 +69,7 @@ _MANIFEST = _obj(
         "checkpoint_dir": _null(_STR),
         "env": _map(_STR),
         "outputs": _list(_STR),
+        "secrets": _list(_STR),
         "array": _null(_STR),
         "dependencies": _list(_STR),
         "begin_time": _null(_NUM),
@@ -248,6 +249,7 @@ _MANIFEST_IN: dict[str, Any] = {
         "checkpoint_dir": _null(_STR),
         "env": {"type": ["object", "array", "null"], "additionalProperties": _STR, "items": _STR},
         "outputs": _null(_list(_STR)),
+        "secrets": _null(_list(_STR)),
         "array": _null(_STR),
         "dependencies": {"type": ["array", "string", "null"], "items": _STR},
         "begin_time": _null(_NUM),
@@ -271,6 +273,7 @@ SUBMIT_FLAGS_REQUEST_SCHEMA = _document(
                 "flags": _map(_FLAG_VALUE),
                 "input_root": _null(_STR),
                 "request_id": _REQUEST_ID,
+                "secrets": _map(_STR),
             }
         ),
         "required": ["command", "flags", "input_root"],
@@ -279,7 +282,14 @@ SUBMIT_FLAGS_REQUEST_SCHEMA = _document(
 SUBMIT_MANIFEST_REQUEST_SCHEMA = _document(
     "POST /v1/jobs: a manifest and where its fields came from",
     {
-        **_obj({"manifest": _MANIFEST_IN, "provenance": _map(_STR), "request_id": _REQUEST_ID}),
+        **_obj(
+            {
+                "manifest": _MANIFEST_IN,
+                "provenance": _map(_STR),
+                "request_id": _REQUEST_ID,
+                "secrets": _map(_STR),
+            }
+        ),
         "required": ["manifest"],
     },
 )

@@ -41,6 +41,7 @@ PROVENANCE_FIELDS = (
     "checkpoint_dir",
     "env",
     "outputs",
+    "secrets",
     "array",
     "dependencies",
     "begin_time",
@@ -73,6 +74,7 @@ def manifest_to_dict(m: JobManifest) -> dict[str, Any]:
         "checkpoint_dir": m.checkpoint_dir,
         "env": dict(m.env),
         "outputs": list(m.outputs),
+        "secrets": list(m.secrets),
         "array": str(m.array) if m.array is not None else None,
         "dependencies": [str(d) for d in m.dependencies],
         "begin_time": m.begin_time,
@@ -115,6 +117,7 @@ def manifest_from_dict(data: Any) -> JobManifest:
         kw["checkpoint_dir"] = _job_path(kw["checkpoint_dir"], "manifest checkpoint_dir")
     kw["command"] = tuple(_str_list(data, "command"))
     kw["outputs"] = tuple(_job_path(p, "manifest outputs") for p in _str_list(data, "outputs"))
+    kw["secrets"] = tuple(_str_list(data, "secrets"))
     if data.get("input_root") is not None:
         try:
             kw["input_root"] = Digest.parse(_typed(data, "input_root", str))
@@ -267,6 +270,10 @@ def apply_flags(
         "--max-retries": ("max_retries", lambda v: specs.parse_count(v, "--max-retries")),
         "--checkpoint-dir": ("checkpoint_dir", lambda v: _job_path(v, "--checkpoint-dir")),
         "--begin": ("begin_time", _begin_time),
+        "--secret": (
+            "secrets",
+            lambda v: tuple(set(base.secrets) | set([v] if isinstance(v, str) else v)),
+        ),
         "--outputs": (
             "outputs",
             lambda v: tuple(_job_path(p, "--outputs") for p in ([v] if isinstance(v, str) else v)),
@@ -364,6 +371,7 @@ _FLAG_TYPES: dict[str, tuple[type, ...]] = {
     "--no-requeue": (bool,),
     "--env": (str, list, tuple),
     "--outputs": (str, list, tuple),
+    "--secret": (str, list, tuple),
 }
 
 

@@ -107,6 +107,7 @@ def manifest_to_proto(m: JobManifest) -> jobs_pb2.JobManifest:
         dependencies=[
             jobs_pb2.JobDependency(kind=_KINDS[d.kind], job_id=d.job_id) for d in m.dependencies
         ],
+        secrets=list(m.secrets),
     )
     if m.input_root is not None:
         pb.input_root.CopyFrom(digest_to_pb(m.input_root))
@@ -173,6 +174,7 @@ def manifest_from_proto(pb: jobs_pb2.JobManifest) -> JobManifest:
             requeue=pb.requeue,
             env=tuple((e.name, e.value) for e in pb.env),
             outputs=tuple(job_path(p, "manifest outputs") for p in pb.outputs),
+            secrets=tuple(pb.secrets),
             array=_array(pb),
             dependencies=tuple(_dependency(i, d) for i, d in enumerate(pb.dependencies)),
             **_optional_fields(pb),

@@ -133,3 +133,43 @@ def test_remote_status_finds_the_local_cluster(home: Path) -> None:
     status = json.loads(r.stdout)
     assert len(status["workers"]) == 1
     assert int(status["jobs_by_state"]["COMPLETED"]) >= 1
+
+
+def test_a_secret_from_the_environment_is_masked_and_shown_by_name(home: Path) -> None:
+    secret = "tok-9f8e7d6c5b4a"
+    env = _env(home) | {"HF_TOKEN": secret}
+    argv = [
+        "job",
+        "submit",
+        "--secret",
+        "HF_TOKEN",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "echo got $HF_TOKEN",
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "rbs", *argv],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.split()[0]
+    logs = rbs(home, "job", "logs", job)
+    assert "got ***" in logs.stdout.splitlines()
+    shown = rbs(home, "job", "show", job)
+    assert "HF_TOKEN (values never shown)" in shown.stdout
+    for out in (logs.stdout, shown.stdout, rbs(home, "job", "show", job, "--json").stdout):
+        assert secret not in out
+
+
+def test_an_unset_secret_is_refused_before_anything_is_sent(home: Path) -> None:
+    r = rbs(home, "job", "submit", "--secret", "UNSET_SECRET_FOR_THIS_TEST", "--", "true")
+    assert r.returncode == 2
+    assert "UNSET_SECRET_FOR_THIS_TEST is not set in your environment" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -142,6 +142,7 @@ def _full() -> JobManifest:
         checkpoint_dir="ckpt",
         env=(("B", "2"), ("A", "1")),
         outputs=("out/model.pt", "logs/"),
+        secrets=("WANDB_KEY", "HF_TOKEN"),
         dependencies=(
             Dependency(kind=DepKind.AFTEROK, job_id=3),
             Dependency(kind=DepKind.AFTERNOTOK, job_id=1),

@@ -246,3 +246,17 @@ def test_every_rule_and_attribute_is_documented(tmp_path: Path) -> None:
         assert rule.doc, rule.kind
         for name, spec in rule.attrs.items():
             assert spec.doc, f"{rule.kind}.{name} has no doc="
+
+
+def test_a_job_target_names_its_secrets_never_values(analyze_job: Analyze) -> None:
+    m = manifest(
+        analyze_job,
+        'batch_job(name = "job", binary = ":train", secrets = ["WANDB_KEY", "HF_TOKEN"])\n',
+    )
+    assert m.secrets == ("HF_TOKEN", "WANDB_KEY")
+    assert m.env == ()
+
+
+def test_a_bad_secret_name_fails_naming_the_attribute(analyze_job: Analyze) -> None:
+    with pytest.raises(BuildError, match=r"attribute 'secrets'.*RBS_X"):
+        analyze_job('batch_job(name = "job", binary = ":train", secrets = ["RBS_X"])\n')
