@@ -26,6 +26,10 @@ system-deps:
 	  echo "installing zsh and fish for the shell completion tests"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zsh fish >/dev/null) \
 	  || echo "warning: could not install zsh and fish; their completion tests will be skipped"; }
+	@{ command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && test -x /bin/busybox; } || { \
+	  echo "installing podman, runc and busybox-static for the container job tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc busybox-static >/dev/null) \
+	  || echo "warning: could not install podman, runc and busybox-static; container tests will be skipped"; }
 
 # Build the example job targets and run them on the embedded local cluster.
 demo: setup

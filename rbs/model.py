@@ -299,9 +299,19 @@ class JobManifest:
     array: ArraySpec | None = None
     dependencies: tuple[Dependency, ...] = ()
     begin_time: float | None = None  # epoch seconds; PENDING (BeginTime) until then
+    # An OCI image the job runs in (`--container`), on a worker with a container
+    # runtime; `network` "host" (the default, as for jobs outside containers) or "none".
+    container: str | None = None
+    network: str = "host"
     api_version: str = MANIFEST_API_VERSION
 
     def __post_init__(self) -> None:
+        if self.container is not None and not self.container.strip():
+            raise ValueError("container image is empty; give one like --container debian:12")
+        if self.network not in ("host", "none"):
+            raise ValueError(f"network {self.network!r}: want 'host' or 'none'")
+        if self.network != "host" and self.container is None:
+            raise ValueError("network 'none' needs a container image (--container IMAGE)")
         if self.api_version != MANIFEST_API_VERSION:
             raise ValueError(
                 f"unsupported manifest apiVersion {self.api_version!r}; "

@@ -87,6 +87,8 @@ SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--checkpoint-dir", TEXT, "DIR", "Folder saved after each attempt, restored before the next."),
     ("--begin", TEXT, "WHEN", "Start no earlier than WHEN: 30m, now+1h, tomorrow 09:00, ISO."),
     ("--schedule", TEXT, "WHEN", "The same as --begin."),
+    ("--container", TEXT, "IMAGE", "Run in this OCI image on a worker with podman or Docker."),
+    ("--network", TEXT, "host|none", "The container's network: host (default) or none."),
     (
         "--script",
         TEXT,
@@ -305,6 +307,8 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         "max_retries": params["max_retries"],
         "checkpoint_dir": params["checkpoint_dir"],
         "begin": _begin(params),
+        "container": params["container"],
+        "network": params["network"],
     }
     from rbs.client.secrets import read_secrets
 

@@ -93,6 +93,14 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
     "(as root; README: Runs and credentials) [default: as the worker's own user].",
 )
 @click.option(
+    "--containers",
+    default="auto",
+    show_default=True,
+    metavar="auto|podman|none|unix:///SOCKET",
+    help="The engine of container jobs (--container IMAGE): auto starts a podman API service of "
+    "the worker's own when podman and runc are installed; or a Docker-compatible socket.",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help='Write {"worker_id": ..., "pid": ...} as JSON here once registered.',
@@ -117,6 +125,7 @@ def worker(
     reconnect_timeout: float,
     leave_jobs_running: bool,
     run_uids: str | None,
+    containers: str,
     ready_file: Path | None,
     log_level: str,
 ) -> None:
@@ -144,6 +153,7 @@ def worker(
             reconnect_timeout_s=reconnect_timeout,
             leave_jobs_running=leave_jobs_running,
             run_users=run_users(run_uids, work_dir),
+            containers=containers,
             cache_max_bytes=(
                 parse_size(max_cache_size, "--max-cache-size") if max_cache_size else None
             ),

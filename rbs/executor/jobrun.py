@@ -25,10 +25,12 @@ from typing import Any
 from rbs.cas.errors import CasError
 from rbs.cas.store import BlobStore
 from rbs.executor import jobfiles, jobsecrets
+from rbs.executor.containers import ContainerEngine
 from rbs.executor.jobfiles import CollectedTrees, RunDirs
 from rbs.executor.joblog import LogSink, LogSpool, LogSpoolError
 from rbs.executor.jobship import LogShipper
 from rbs.executor.jobspec import JobOutcome, JobSpec
+from rbs.executor.podman_service import EngineError
 from rbs.executor.runuser import RunUsers, as_spec
 from rbs.executor.supervisor_proto import Exited, RunInfo, RunSpec
 from rbs.model import (
@@ -183,6 +185,7 @@ class HostSetup:
     env: Mapping[str, str] | None = None
     prefetch: Callable[[Any], None] | None = None
     users: RunUsers | None = None  # runs under uids of their own (rbs.executor.runuser)
+    containers: ContainerEngine | None = None  # the engine of container jobs, if any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,12 +238,17 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
                 f"SIGTERM, then SIGKILL {host.grace_s:g}s later"
             )
         spec = run_spec(run, job_spec(lease, manifest, dirs, host), host.users)
+        if manifest.container is not None:
+            if host.containers is None:
+                raise EngineError("this worker has no container runtime (--containers none)")
+            spec, line = host.containers.prepare(spec, manifest.container, manifest.network)
+            note(line)
     except OSError as e:
         if e.errno == errno.ENOSPC:
             where = f"the worker's work dir {dirs.root.parent.parent} is full"
             return RunResult(problem=f"cannot prepare the job: {where} ({e})", function=fn)
         return RunResult(problem=f"cannot prepare the job: {e}", function=fn)
-    except (CasError, ValueError) as e:
+    except (CasError, ValueError, EngineError) as e:
         return RunResult(problem=f"cannot prepare the job: {e}", function=fn)
     # The supervisor appends from here on; this side only reads until the run exits.
     spool.close()

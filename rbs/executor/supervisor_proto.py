@@ -77,8 +77,9 @@ class RunSpec:
     # refused: only the supervisor's pool hands uids out).
     users: Mapping[str, Any] | None = None
     uid: int | None = None
-    # Reserved, refused when set (see the class docstring).
+    # A container run (rbs.executor.containers): engine, image id, network; argv runs it.
     container: Mapping[str, Any] | None = None
+    # Reserved, refused when set (see the class docstring).
     pty: bool = False
     cpu_set: tuple[int, ...] | None = None
     # Added to `env` at spawn only, and masked in the log (rbs.executor.jobsecrets).
@@ -86,7 +87,7 @@ class RunSpec:
 
     def unsupported(self) -> list[str]:
         """The reserved fields this spec sets."""
-        names = ("uid", "container", "pty", "cpu_set")  # uid: the supervisor's
+        names = ("uid", "pty", "cpu_set")  # uid: the supervisor's
         return [n for n in names if getattr(self, n) not in (None, False)]
 
 

@@ -36,6 +36,7 @@ from rbs.cas.store import CHUNK
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionExecutor, ActionOutcome
 from rbs.executor.cgroups import detect
+from rbs.executor.containers import with_containers
 from rbs.executor.jobhost import JobHost, cgroup_scope
 from rbs.executor.lease import WorkerLease
 from rbs.executor.machine import default_address, machine_resources
@@ -105,6 +106,7 @@ class WorkerConfig:
     # On stop, leave the job runs to the run supervisor for the next daemon to re-attach.
     leave_jobs_running: bool = False
     run_users: RunUsers | None = None  # --run-uids: each run as a uid of its own
+    containers: str = "auto"  # --containers: auto, podman, none, or an engine's unix:// URL
 
     def __post_init__(self) -> None:
         parse_target(self.server)
@@ -207,6 +209,7 @@ class Worker:
                 users=config.run_users,
             )
             self.lease.on_renew = self.jobs.renew
+            self.jobs.setup = with_containers(self.jobs.setup, config)
             self.job_handler = self.jobs.handle
 
     async def run(self) -> None:

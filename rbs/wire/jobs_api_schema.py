@@ -75,6 +75,8 @@ _MANIFEST = _obj(
         "begin_time": _null(_NUM),
     }
 )
+# Container jobs only: a manifest carries them when it names an image.
+_MANIFEST["properties"] |= {"container": _STR, "network": _STR}
 _JOB = _obj(
     {
         "job_id": _STR,
@@ -253,6 +255,8 @@ _MANIFEST_IN: dict[str, Any] = {
         "array": _null(_STR),
         "dependencies": {"type": ["array", "string", "null"], "items": _STR},
         "begin_time": _null(_NUM),
+        "container": _null(_STR),
+        "network": _null(_STR),
     },
     "required": ["command"],
     "additionalProperties": False,

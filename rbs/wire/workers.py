@@ -128,6 +128,9 @@ def manifest_to_proto(m: JobManifest) -> jobs_pb2.JobManifest:
             pb.array.throttle = m.array.throttle
     if m.begin_time is not None:
         pb.begin_time = m.begin_time
+    if m.container is not None:
+        pb.container = m.container
+        pb.network = m.network
     return pb
 
 
@@ -199,6 +202,9 @@ def _optional_fields(pb: jobs_pb2.JobManifest) -> dict[str, Any]:
         if not math.isfinite(pb.begin_time):
             raise _bad("begin_time", pb.begin_time, "not a finite epoch time")
         out["begin_time"] = pb.begin_time
+    if pb.HasField("container"):
+        out["container"] = pb.container
+        out["network"] = pb.network or "host"
     return out
 
 

@@ -26,6 +26,7 @@ SAME = [
     ["submit", "--script", "run.sh", "--", "x"],
     ["submit", "--manifest=m.job.json", "--priority=-3", "--", "x"],
     ["submit", "--tls-ca", "ca.pem", "--", "x"],
+    ["submit", "--container", "debian:12", "--network=none", "--", "x"],
     ["submit", "--secret", "HF_TOKEN", "--secret=KEY=@key.txt", "--", "x"],
     ["submit", "--begin", "tomorrow 09:00", "--schedule=30m", "--", "x"],
 ]

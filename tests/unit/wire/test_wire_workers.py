@@ -148,6 +148,8 @@ def _full() -> JobManifest:
             Dependency(kind=DepKind.AFTERNOTOK, job_id=1),
         ),
         begin_time=1700000000.25,
+        container="localhost/img@sha256:abababababababababababababababababababababababababababababababab",
+        network="none",
     )
 
 

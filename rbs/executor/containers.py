@@ -1,0 +1,179 @@
+"""Container jobs on a worker: the engine, images (pulled once, cached), the run's spec.
+
+A job that names an image (`--container IMAGE`, `container = "..."` on a job rule) runs
+in it on this worker's engine, driven through the `docker` SDK: podman's Docker-compatible
+API service, started by the worker on a private socket (`rbs.executor.podman_service`),
+or a Docker-compatible engine the worker is pointed at (`--containers unix:///PATH`).
+
+The daemon resolves the image while it prepares the run (`ContainerEngine.prepare`): a
+local image is used as is, a missing one is pulled once and then cached by the engine;
+the run's log names the image's id (its digest). The process the supervisor starts is
+`python -m rbs.executor.container_exec` (`container_argv`), in the job's cgroup and
+process group; it creates the container under that cgroup (`--cgroup-parent`), streams
+its output, forwards a stop, and exits as the payload did. docs/design/containers.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rbs.executor import podman_service
+from rbs.executor.podman_service import EngineError
+from rbs.executor.supervisor_proto import RunSpec
+
+AUTO, NONE = "auto", "none"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageInfo:
+    """A local image: what the job named, the engine's id (sha256:...), its size."""
+
+    ref: str
+    image_id: str
+    repo_digests: tuple[str, ...] = ()
+    size_bytes: int = 0
+
+
+class ContainerEngine:
+    """One worker's engine: reached lazily (the service starts at the first container job)."""
+
+    def __init__(self, work_dir: Path, setting: str) -> None:
+        self.work_dir = work_dir
+        self.setting = setting  # "auto" / "podman": our own service; "unix://...": given
+        self._url: str | None = None
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self.started_service = False
+
+    @classmethod
+    def for_worker(cls, work_dir: Path, setting: str) -> ContainerEngine | None:
+        """The engine `--containers SETTING` names; None for "none" (or no podman with auto)."""
+        if setting == NONE:
+            return None
+        if setting == AUTO and not podman_service.installed():
+            return None
+        if setting not in (AUTO, "podman") and not setting.startswith("unix://"):
+            raise ValueError(
+                f"--containers {setting!r}: want auto, podman, none or unix:///PATH/TO/SOCKET"
+            )
+        return cls(work_dir, setting)
+
+    @property
+    def runtime(self) -> str:
+        """What the worker advertises: "podman", or "docker" for a given engine socket."""
+        return "docker" if self.setting.startswith("unix://") else "podman"
+
+    def client(self) -> Any:
+        """The SDK client (blocking: call on a thread); EngineError when unreachable."""
+        with self._lock:
+            if self._client is not None:
+                return self._client
+            import docker  # type: ignore[import-untyped]  # only workers that run containers
+
+            if self.setting.startswith("unix://"):
+                url = self.setting
+            else:
+                url = podman_service.ensure(self.work_dir)
+                self.started_service = True
+            client = docker.DockerClient(base_url=url, timeout=300)
+            try:
+                client.ping()
+            except Exception as e:  # the SDK raises requests' and its own errors
+                raise EngineError(f"the container engine at {url} does not answer: {e}") from e
+            self._url, self._client = url, client
+            return client
+
+    @property
+    def url(self) -> str:
+        assert self._url is not None
+        return self._url
+
+    def image(self, ref: str) -> ImageInfo:
+        """The local image `ref` names, pulled first when the engine lacks it."""
+        import docker
+
+        client = self.client()
+        try:
+            img = client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            try:
+                img = client.images.pull(ref)
+            except docker.errors.APIError as e:
+                raise EngineError(
+                    f"image {ref!r} is not on this worker and pulling it failed: "
+                    f"{e.explanation or e}"
+                ) from None
+        except docker.errors.APIError as e:
+            raise EngineError(f"cannot look up image {ref!r}: {e.explanation or e}") from None
+        return ImageInfo(
+            ref=ref,
+            image_id=img.id,
+            repo_digests=tuple(img.attrs.get("RepoDigests") or ()),
+            size_bytes=int(img.attrs.get("Size") or 0),
+        )
+
+    def prepare(self, spec: RunSpec, image: str, network: str) -> tuple[RunSpec, str]:
+        """The spec of a container run and the log line naming the image used."""
+        if spec.users is not None:
+            raise EngineError(
+                "container jobs do not run on a worker with --run-uids yet; "
+                "run this worker without --run-uids to take container jobs"
+            )
+        info = self.image(image)
+        container = {
+            "engine": self.url,
+            "runtime": self.runtime,
+            "image": info.image_id,
+            "ref": image,
+            "network": network,
+            "name": "rbs-" + spec.key.replace("/", "-"),
+            "user": f"{os.getuid()}:{os.getgid()}",
+        }
+        config = {
+            **container,
+            "cwd": spec.cwd,
+            "cpus": spec.cpus,
+            "memory_bytes": spec.memory_bytes,
+            "pids_max": spec.pids_max,
+            "gpus": list(spec.gpus or ()),
+            "grace_s": spec.grace_s,
+        }
+        path = os.path.join(os.path.dirname(spec.spool), "container.json")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(config, f)
+        argv = (sys.executable, "-m", "rbs.executor.container_exec", path, "--")
+        repo = f", {info.repo_digests[0]}" if info.repo_digests else ""
+        line = (
+            f"container: image {image} ({info.image_id}{repo}) on {self.runtime}, "
+            f"network {network}, as user {container['user']}, {spec.cwd} mounted at the same path"
+        )
+        return dataclasses.replace(spec, argv=argv + spec.argv, container=container), line
+
+    def stop(self) -> None:
+        """End the podman service this worker started."""
+        if self.started_service:
+            podman_service.stop(self.work_dir)
+
+
+S = TypeVar("S")
+
+
+def with_containers(setup: S, config: Any) -> S:
+    """A worker's HostSetup with the engine its `--containers` names (ValueError).
+
+    The podman service it starts ends with the daemon's plain stop (atexit), and lives on
+    for the next daemon after `--leave-jobs-running` or a kill: its runs' output flows
+    through it."""
+    engine = ContainerEngine.for_worker(config.work_dir, config.containers)
+    if engine is not None and not config.leave_jobs_running:
+        atexit.register(engine.stop)
+    return dataclasses.replace(setup, containers=engine)  # type: ignore[type-var]
