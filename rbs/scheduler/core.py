@@ -44,8 +44,8 @@ from rbs.scheduler.instructions import (
 from rbs.scheduler.invariants import check_invariants
 from rbs.scheduler.placement import schedule
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
-from rbs.scheduler.update import update_job
 from rbs.scheduler.views import JobView, QueueView, TaskView, job_view, queue_views, task_view
+from rbs.scheduler.windows import operator_event
 from rbs.scheduler.workers import Work, WorkerCapacity
 from rbs.units import format_duration
 
@@ -142,8 +142,8 @@ class Scheduler:
             self._seen(ev.worker_id)
         elif isinstance(ev, Tick):
             self._tick()
-        else:  # an Update: the Event union is closed (update_job checks it)
-            st.actions.append(update_job(st, ev))
+        else:  # an Update or SetWindows: the Event union is closed
+            st.actions.extend(operator_event(st, ev))
 
     # ---- submissions
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 from rbs.model import UNKNOWN_USER, JobManifest
@@ -126,6 +127,7 @@ class WorkerUp:
     gpus: tuple[str, ...] = ()
     job_slots: int
     master_ports: tuple[int, int] | None = None
+    container_runtimes: tuple[str, ...] = ()  # e.g. ("podman",): it takes container jobs
     running: tuple[RunRef, ...] = ()
     finished: tuple[TaskExited, ...] = ()
     event_id: str = field(default_factory=_next_id)
@@ -194,6 +196,40 @@ class Update:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Window:
+    """Workers held from `start` to `end` (epoch seconds; `end` may be inf: a drain).
+
+    `workers` empty means every worker."""
+
+    name: str
+    start: float
+    end: float
+    workers: frozenset[str] = frozenset()
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a maintenance window needs a name")
+        if not (math.isfinite(self.start) and self.end > self.start):
+            raise ValueError(f"window {self.name}: its end must come after its start")
+
+    def affects(self, worker_id: str) -> bool:
+        return not self.workers or worker_id in self.workers
+
+    def overlaps(self, other: Window) -> bool:
+        shared = not self.workers or not other.workers or bool(self.workers & other.workers)
+        return shared and self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetWindows:
+    """The maintenance windows and drains now in force or to come (all of them)."""
+
+    windows: tuple[Window, ...]
+    event_id: str = field(default_factory=_next_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
     """Time passed: time limits, heartbeat loss, begin times and age bonuses are checked."""
 
@@ -212,4 +248,5 @@ Event = (
     | TaskStarted
     | Tick
     | Update
+    | SetWindows
 )

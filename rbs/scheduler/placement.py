@@ -28,6 +28,7 @@ from rbs.scheduler.lifecycle import start_run
 from rbs.scheduler.policy import Shape
 from rbs.scheduler.releases import STOPPING
 from rbs.scheduler.state import Job, SchedState
+from rbs.scheduler.windows import MAINTENANCE, holds, without_windows
 from rbs.scheduler.workers import WorkerCapacity
 
 INF = math.inf
@@ -51,7 +52,7 @@ class Pass:
 
     def __init__(self, st: SchedState) -> None:
         self.st = st
-        self.reserved: dict[str, float] = {}
+        self.reserved: dict[str, float] = holds(st) if st.windows else {}
         self.reservations = 0
         self.blocked: dict[Shape, str] = {}
         self.closed: set[Shape] = set()
@@ -192,6 +193,8 @@ class Pass:
             why = "ReqNodeNotAvail"  # the workers that could run it are down or absent
         else:
             why = "Priority" if room else "Resources"
+            if room and st.windows and place(st, job, without_windows(st, self.reserved)):
+                why = MAINTENANCE
         self.blocked[job.shape] = why
         return why
 

@@ -9,7 +9,7 @@ import math
 from rbs.model import TERMINAL_STATES, UNKNOWN_USER, JobManifest, JobState, KillReason, Resources
 from rbs.scheduler.arrays import TaskPool
 from rbs.scheduler.config import SchedulerConfig
-from rbs.scheduler.events import RunRef
+from rbs.scheduler.events import RunRef, Window
 from rbs.scheduler.instructions import (
     Accepted,
     Instruction,
@@ -294,6 +294,7 @@ class SchedState:
         self.deadlines: list[tuple[float, int, int, int]] = []  # deadline, job, raw index, attempt
         self.draining: dict[RunKey, Run] = {}
         self.children: dict[int, int] = {}  # parent job -> child jobs it submitted
+        self.windows: tuple[Window, ...] = ()  # maintenance windows, drains (.windows)
         self.need_pass = True
         self.pass_no = 0
         self.pass_starts = 0  # runs started, ever: lets a pass see that capacity changed
