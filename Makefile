@@ -16,7 +16,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 # Debian packages some tests need (real Bazel for the interop tests; zsh and fish for
-# the shell completion tests).
+# the shell completion tests; Prometheus, whose service is never started, for the metrics test).
 system-deps:
 	@command -v bazel >/dev/null 2>&1 || { \
 	  echo "installing Debian's bazel-bootstrap for the Bazel interop tests"; \
@@ -30,6 +30,10 @@ system-deps:
 	  echo "installing podman, runc and busybox-static for the container job tests"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc busybox-static >/dev/null) \
 	  || echo "warning: could not install podman, runc and busybox-static; container tests will be skipped"; }
+	@test -x /usr/bin/prometheus || { \
+	  echo "installing Debian's prometheus (not its service) for the metrics test"; \
+	  sh scripts/install_prometheus.sh \
+	  || echo "warning: could not install prometheus; the Prometheus scrape test will be skipped"; }
 
 # Build the example job targets and run them on the embedded local cluster.
 demo: setup

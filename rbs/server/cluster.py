@@ -39,8 +39,8 @@ from rbs.server.grpc_server import RunningServer, start_grpc
 from rbs.server.instances import Instances
 from rbs.server.job_driver import JobDriver
 from rbs.server.jobs_http import JobsApi, start_http
+from rbs.server.metrics import ServerMetrics
 from rbs.server.operations import OperationRegistry, OperationStore
-from rbs.server.reservations import Reservations
 from rbs.server.secrets import JobSecrets
 from rbs.server.tokens import ServerAuth, advertised_address, run_env, server_auth
 from rbs.server.workers_service import HubConfig, WorkerHub
@@ -186,11 +186,12 @@ async def start_cluster(
         )
         driver = JobDriver(data_dir, config.jobs, hub) if jobs else None
         hub.set_listeners(actions=engine, jobs=driver)
+        metrics = ServerMetrics()  # GET /metrics on the jobs API port
+        metrics.attach(driver, hub, store)
         engine.restore()
         hub.start()
         stack.push_async_callback(hub.stop)
         secrets: JobSecrets | None = None
-        reservations: Reservations | None = None
         if driver is not None:
             auth.run_user = driver.sched.run_user
             secrets = JobSecrets(data_dir, driver)
@@ -200,10 +201,6 @@ async def start_cluster(
             stack.push_async_callback(driver.stop)
             secrets.start()
             stack.push_async_callback(secrets.stop)
-            reservations = Reservations(data_dir, driver)
-            hub.draining = reservations.is_draining
-            reservations.start()
-            stack.push_async_callback(reservations.stop)
         parts = ServerParts(
             config=config,
             store=store,
@@ -223,6 +220,7 @@ async def start_cluster(
             engine=parts.engine,
             hub=parts.hub,
             auth=auth,
+            metrics=metrics,
         )
         # Undoes a failed start; `stop` stops the server first, with its grace.
         stack.push_async_callback(grpc.stop, 0)
@@ -231,7 +229,7 @@ async def start_cluster(
             http_port = grpc.port + 1
             try:
                 api = JobsApi(driver, store, auth, secrets)
-                api.reservations = reservations
+                api.metrics = metrics
                 http = await start_http(api, host, http_port, config)
             except OSError as e:
                 raise OSError(

@@ -30,6 +30,7 @@ from rbs.server.cas_service import CasServicer
 from rbs.server.config import Config
 from rbs.server.execution import ExecutionEngine, ExecutionServicer
 from rbs.server.instances import Instances
+from rbs.server.metrics import ServerMetrics
 from rbs.server.operations_service import OperationsServicer
 from rbs.server.tls import check_pair, grpc_credentials
 from rbs.server.tokens import ServerAuth
@@ -144,12 +145,15 @@ async def start_grpc(
     engine: ExecutionEngine,
     hub: WorkerHub,
     auth: ServerAuth,
+    metrics: ServerMetrics | None = None,
 ) -> RunningServer:
     """Build, bind and start the gRPC server; `config.server.port` 0 picks a free port."""
     interceptors: list[grpc.aio.ServerInterceptor] = [  # type: ignore[type-arg]
         AuthInterceptor(auth.authenticate, auth.refusals),
         DecodingInterceptor(),
     ]
+    if metrics is not None:  # last: it times the servicer's own work
+        interceptors.append(metrics.interceptor())
     server = grpc.aio.server(interceptors=interceptors, options=_server_options(config))
     add_servicers(
         server,

@@ -79,8 +79,7 @@ TICK_S = 0.25
 # doubling up to the maximum, so a full disk costs a rebuild of the core now and then.
 RETRY_S = 0.25
 RETRY_MAX_S = 2.0
-# Events retried after a failed write: the worker's reports, which nobody re-sends.
-# Client requests are answered with the error instead (they retry themselves).
+# Retried after a failed write: workers' reports (clients get the error and retry).
 _HELD_EVENTS = (TaskStarted, TaskExited, WorkerUp, WorkerDown, WorkerUnreachable)
 
 
@@ -128,6 +127,7 @@ class JobDriver:
         # What each run's environment gets besides the core's: RBS_REMOTE and its scoped
         # token (rbs.server.tokens.run_env, set by the cluster).
         self.run_env: Callable[[str], tuple[tuple[str, str], ...]] = lambda lease_id: ()
+        self.observe: Callable[[list[Any], float], None] = lambda instructions, seconds: None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -224,12 +224,11 @@ class JobDriver:
                 if not fut.done():
                     fut.set_exception(err)
             elif isinstance(event, _HELD_EVENTS) and isinstance(e, StorageFull | sqlite3.Error):
-                # Kept only when the journal failed: an event the core itself raised on
-                # would fail every step after it.
+                # Only on a journal failure: an event the core raised on fails every step.
                 self._held.append((event, None))
 
     def _step(self, batch: list[tuple[Event, asyncio.Future[Any] | None]]) -> None:
-        now = self._clock()
+        now, started = self._clock(), time.perf_counter()
         # Atomic with its journal write: durable before anything is answered or sent.
         instructions = self.store.step(
             self.sched, [e for e, _ in batch], now, request_ids=self._request_of
@@ -243,6 +242,7 @@ class JobDriver:
         if self._request_of:  # journaled with their jobs (Store.request_job finds them)
             for e, _ in batch:
                 self._request_of.pop(e.event_id, None)
+        self.observe(instructions, time.perf_counter() - started)  # rbs.server.metrics
         futures = {e.event_id: f for e, f in batch if f is not None}
         for ins in instructions:
             if isinstance(ins, Accepted):

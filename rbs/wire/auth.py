@@ -182,7 +182,11 @@ def grpc_refusal(p: Principal, method: str) -> str | None:
 def http_refusal(p: Principal, method: str, path: str) -> str | None:
     """Why `p` may not call jobs API route `method path`, or None. Ownership (a user acts
     on their own jobs, a run on its children) is checked by the route once the job is
-    known (`owner_refusal`)."""
+    known (`owner_refusal`). GET /metrics takes an admin or a worker token."""
+    if path == "/metrics":
+        if not p.authenticated or p.has(Role.ADMIN) or p.has(Role.WORKER):
+            return None
+        return "GET /metrics takes an admin or a worker token"
     if p.has(Role.USER):
         return None
     if p.has(Role.RUN):
