@@ -167,6 +167,14 @@ class ContainerEngine:
 S = TypeVar("S")
 
 
+def runtimes_for(setting: str) -> tuple[str, ...]:
+    """What a worker with `--containers SETTING` advertises: the scheduler places
+    container jobs only on workers that name a runtime."""
+    if setting == NONE or (setting == AUTO and not podman_service.installed()):
+        return ()
+    return ("docker",) if setting.startswith("unix://") else ("podman",)
+
+
 def with_containers(setup: S, config: Any) -> S:
     """A worker's HostSetup with the engine its `--containers` names (ValueError).
 

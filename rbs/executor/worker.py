@@ -36,7 +36,7 @@ from rbs.cas.store import CHUNK
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionExecutor, ActionOutcome
 from rbs.executor.cgroups import detect
-from rbs.executor.containers import with_containers
+from rbs.executor.containers import runtimes_for, with_containers
 from rbs.executor.jobhost import JobHost, cgroup_scope
 from rbs.executor.lease import WorkerLease
 from rbs.executor.machine import default_address, machine_resources
@@ -160,7 +160,7 @@ class Worker:
             gpu_ids=tuple(config.gpu_ids if config.gpu_ids is not None else machine.gpu_ids),
             build_slots=config.build_slots if config.build_slots is not None else cpus,
             job_slots=config.job_slots if config.job_slots is not None else cpus,
-            container_runtimes=tuple(machine.container_runtimes),
+            container_runtimes=runtimes_for(config.containers),
             version=__version__,
             protocol_version=WORKERS_PROTOCOL,
         )

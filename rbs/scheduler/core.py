@@ -43,6 +43,7 @@ from rbs.scheduler.instructions import (
 )
 from rbs.scheduler.invariants import check_invariants
 from rbs.scheduler.placement import schedule
+from rbs.scheduler.runtimes import refuse_without_runtime
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
 from rbs.scheduler.views import JobView, QueueView, TaskView, job_view, queue_views, task_view
 from rbs.scheduler.windows import operator_event
@@ -172,6 +173,7 @@ class Scheduler:
                 f"--time {format_duration(limit)}: above queue {queue.name}'s limit of "
                 f"{format_duration(queue.max_time_limit)}; ask for less or use another queue"
             )
+        refuse_without_runtime(m, st.workers.values())
         if m.array is not None and m.array.size > cfg.max_array_size:
             raise SchedulerError(
                 f"--array {m.array}: {m.array.size} tasks exceed the limit of {cfg.max_array_size}"
@@ -304,17 +306,7 @@ class Scheduler:
 
     def _worker_up(self, ev: WorkerUp) -> None:
         st = self._st
-        rec = WorkerRecord(
-            worker_id=ev.worker_id,
-            hostname=ev.hostname,
-            address=ev.address or ev.hostname,
-            cpu_millis=ev.cpu_millis,
-            memory_bytes=ev.memory_bytes,
-            gpus=ev.gpus,
-            job_slots=ev.job_slots,
-            master_ports=ev.master_ports or self.config.default_master_ports,
-            alive=True,
-        )
+        rec = WorkerRecord.of(ev, self.config.default_master_ports)
         # Reconcile: what we placed there but it no longer has was lost; what it runs
         # that we did not place (or no longer want) is killed, never run twice.
         held = {(r.job_id, r.index, r.attempt, r.rank) for r in ev.running}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rbs.model import UNKNOWN_USER, JobManifest, JobState, KillReason
-from rbs.scheduler.events import RunRef
+from rbs.scheduler.events import RunRef, WorkerUp
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +102,23 @@ class WorkerRecord:
     job_slots: int
     master_ports: tuple[int, int]
     alive: bool
+    containers: bool = False  # has a container runtime (not journaled: said at each Register)
+
+    @classmethod
+    def of(cls, ev: WorkerUp, default_ports: tuple[int, int]) -> WorkerRecord:
+        """The record of a worker that just registered."""
+        return cls(
+            worker_id=ev.worker_id,
+            hostname=ev.hostname,
+            address=ev.address or ev.hostname,
+            cpu_millis=ev.cpu_millis,
+            memory_bytes=ev.memory_bytes,
+            gpus=ev.gpus,
+            job_slots=ev.job_slots,
+            master_ports=ev.master_ports or default_ports,
+            alive=True,
+            containers=bool(ev.container_runtimes),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -91,7 +91,9 @@ class Pass:
                         st.set_state(job, job.state, reason)
                     continue  # its shape stays open: the next job of that shape may start
                 self.closed.add(job.shape)
+                # A container job holds no reservation: the calendar knows no runtimes.
                 depth_left = self.reservations < st.config.reservation_depth
+                depth_left = depth_left and job.manifest.container is None
                 if reason == "Resources" and depth_left and self.reserve(job):
                     self.reservations += 1
                 if job.reason != reason:
@@ -125,7 +127,7 @@ class Pass:
             placement = place(st, job, self.reserved)
             if placement is None:
                 room = bool(self.reserved) and place(st, job, {}) is not None
-                if single and not room:
+                if single and not room and job.manifest.container is None:
                     self.no_room.add(req)
                     self.no_room_min.append(req)
                 why = self.fail(job, room)
@@ -151,6 +153,7 @@ class Pass:
                 and f[2] <= shape[2]
                 and f[3] <= shape[3]
                 and f[4] <= shape[4]
+                and f[5] <= shape[5]
             ):
                 return why
         return None
@@ -316,7 +319,10 @@ def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCa
     limit_end = st.now + job.time_limit if job.time_limit is not None else INF
     fits: list[WorkerCapacity] = []
     head: WorkerCapacity | None = None
+    container = job.manifest.container is not None
     for w in st.free.fitting(res):
+        if container and not w.containers:
+            continue  # only a worker with a container runtime runs an image
         if reserved:
             until = reserved.get(w.worker_id)
             if until is not None and limit_end > until:

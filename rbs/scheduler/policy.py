@@ -15,7 +15,8 @@ from typing import Protocol
 from rbs.model import JobManifest, Resources
 from rbs.scheduler.config import SchedulerConfig
 
-Shape = tuple[int, int, int, int, float]  # cpu, memory, gpus, min nodes, time limit
+# cpu, memory, gpus, min nodes, time limit, needs a container runtime (0/1: fewer fit 1)
+Shape = tuple[int, int, int, int, float, int]
 
 
 class QueuedJob(Protocol):
@@ -66,7 +67,10 @@ def shape_of(job: QueuedJob) -> Shape:
 
 
 @functools.lru_cache(maxsize=4096)
-def compute_shape(resources: Resources, min_nodes: int, time_limit: int | None) -> Shape:
+def compute_shape(
+    resources: Resources, min_nodes: int, time_limit: int | None, container: bool = False
+) -> Shape:
     # Cached: jobs of one shape share one tuple (and a pending job stays small).
     limit = float(time_limit) if time_limit is not None else math.inf
-    return (resources.cpu_millis, resources.memory_bytes, resources.gpus, min_nodes, limit)
+    res = resources
+    return (res.cpu_millis, res.memory_bytes, res.gpus, min_nodes, limit, int(container))

@@ -208,7 +208,9 @@ class Job:
         self.changes: tuple[JobChange, ...] = ()
         self.pool = TaskPool(manifest.array)
         self.runs: dict[int, Run] = {}  # pool index (0 for a single job) -> active run
-        self.shape = compute_shape(manifest.resources, manifest.node_range[0], time_limit)
+        self.shape = compute_shape(
+            manifest.resources, manifest.node_range[0], time_limit, manifest.container is not None
+        )
         self.eval_pass = 0
 
     @property

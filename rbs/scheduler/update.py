@@ -81,7 +81,7 @@ def _apply(st: SchedState, ev: Update) -> tuple[Job, str]:
     job.manifest = new
     job.provenance = tuple(sorted((dict(job.provenance) | dict(ev.provenance)).items()))
     job.time_limit = limit
-    job.shape = compute_shape(new.resources, new.node_range[0], limit)
+    job.shape = compute_shape(new.resources, new.node_range[0], limit, new.container is not None)
     if new.begin_time != old.begin_time:
         _move_begin(st, job)
     elif job.reason != "Dependency":

@@ -156,6 +156,7 @@ class WorkerCapacity:
         "_reachable",
         "address",
         "allocs",
+        "containers",
         "cpu_millis",
         "dkey",
         "drains",
@@ -226,6 +227,7 @@ class WorkerCapacity:
         self.gpus = rec.gpus
         self.job_slots = rec.job_slots
         self.master_ports = rec.master_ports
+        self.containers = rec.containers
         self._alive = rec.alive
         used_gpus = {g for a in self.allocs.values() for g in a.gpus}
         self.free_gpus = [g for g in self.gpus if g not in used_gpus]
@@ -247,6 +249,7 @@ class WorkerCapacity:
             job_slots=self.job_slots,
             master_ports=self.master_ports,
             alive=self.alive,
+            containers=self.containers,
         )
 
     def could_ever_fit(self, res: Resources) -> bool:

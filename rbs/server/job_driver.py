@@ -328,7 +328,6 @@ class JobDriver:
                 running.append(RunRef.parse_lease(lease_id))
             except ValueError:
                 log.warning("worker %s holds an unreadable job lease %r", info.worker_id, lease_id)
-        ports = None
         self._post(
             WorkerUp(
                 worker_id=info.worker_id,
@@ -338,7 +337,8 @@ class JobDriver:
                 memory_bytes=max(1, info.memory_bytes),
                 gpus=tuple(info.gpu_ids),
                 job_slots=info.job_slots,
-                master_ports=ports,
+                master_ports=None,
+                container_runtimes=tuple(info.container_runtimes),
                 running=tuple(running),
             )
         )

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -121,7 +120,7 @@ def manifest_from_dict(data: Any) -> JobManifest:
         if data.get(key) is not None:
             kw[key] = _typed(data, key, str)
     if "container" in kw:
-        kw["container"] = parse_image(kw["container"], "manifest container")
+        kw["container"] = specs.parse_image(kw["container"], "manifest container")
     if "checkpoint_dir" in kw:
         kw["checkpoint_dir"] = _job_path(kw["checkpoint_dir"], "manifest checkpoint_dir")
     kw["command"] = tuple(_str_list(data, "command"))
@@ -279,8 +278,8 @@ def apply_flags(
         "--max-retries": ("max_retries", lambda v: specs.parse_count(v, "--max-retries")),
         "--checkpoint-dir": ("checkpoint_dir", lambda v: _job_path(v, "--checkpoint-dir")),
         "--begin": ("begin_time", _begin_time),
-        "--container": ("container", lambda v: parse_image(v, "--container")),
-        "--network": ("network", _network),
+        "--container": ("container", lambda v: specs.parse_image(v, "--container")),
+        "--network": ("network", specs.parse_network),
         "--secret": (
             "secrets",
             lambda v: tuple(set(base.secrets) | set([v] if isinstance(v, str) else v)),
@@ -395,26 +394,6 @@ def _check_flag_type(flag: str, value: Any) -> None:
         names = {str: "text", int: "a whole number", float: "a number", bool: "true/false"}
         forms = ", ".join(dict.fromkeys(names.get(k, "a list of text") for k in kinds))
         raise SpecError(flag, value, f"has type {type(value).__name__}", forms)
-
-
-_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
-
-
-def parse_image(value: str, what: str) -> str:
-    """An OCI image reference as `podman run` takes it: `debian:12`, `localhost/x:tag`,
-    `registry.example/ns/x@sha256:HEX`; no spaces, none empty."""
-    text = value.strip()
-    if not _IMAGE.fullmatch(text) or len(text) > 512:
-        raise SpecError(
-            what, value, "is not an image reference", "NAME[:TAG] or NAME@sha256:DIGEST"
-        )
-    return text
-
-
-def _network(value: str) -> str:
-    if value not in ("host", "none"):
-        raise SpecError("--network", value, "unknown network", "host (the default) or none")
-    return value
 
 
 def _begin_time(value: Any) -> float | None:

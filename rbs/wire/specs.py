@@ -127,3 +127,24 @@ def parse_task_id(value: str, flag: str = "job id") -> tuple[int, int | None]:
     if not index.isdigit():
         raise SpecError(flag, value, f"{index!r} is not an array index", forms)
     return int(job), int(index)
+
+
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+
+
+def parse_image(value: str, what: str) -> str:
+    """An OCI image reference as `podman run` takes it: `debian:12`, `localhost/x:tag`,
+    `registry.example/ns/x@sha256:HEX`; no spaces, none empty."""
+    text = value.strip()
+    if not _IMAGE.fullmatch(text) or len(text) > 512:
+        raise SpecError(
+            what, value, "is not an image reference", "NAME[:TAG] or NAME@sha256:DIGEST"
+        )
+    return text
+
+
+def parse_network(value: str, what: str = "--network") -> str:
+    """A container job's network: "host" (the default) or "none"."""
+    if value not in ("host", "none"):
+        raise SpecError(what, value, "unknown network", "host (the default) or none")
+    return value

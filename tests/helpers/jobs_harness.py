@@ -101,6 +101,7 @@ class JobCluster:
         memory_gb: float = 4,
         name: str = "",
         gpus: tuple[str, ...] = (),
+        containers: str = "auto",
     ) -> Worker:
         async def make() -> tuple[Worker, asyncio.Future[None]]:
             w = Worker(
@@ -114,6 +115,7 @@ class JobCluster:
                     build_slots=1,
                     job_slots=job_slots,
                     reconnect_timeout_s=60,
+                    containers=containers,
                 )
             )
             return w, asyncio.ensure_future(w.run())
