@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,8 +49,9 @@ class SchedulerConfig:
     age_interval: float = 60.0
     age_max: int = 1440
     max_array_size: int = 1_000_000
-    # How many blocked jobs per pass hold a reservation against skip-ahead.
-    reservation_depth: int = 4
+    # How many blocked jobs per pass hold workers against skip-ahead ("reservation"
+    # names maintenance windows only: rbs.scheduler.windows).
+    hold_depth: int = 4
     # How many jobs of distinct task shapes a pass may find unable to start before it
     # stops (Slurm's default_queue_depth): what bounds a pass over a deep queue of many
     # shapes. Jobs of a shape already seen failing in the pass cost nothing.
@@ -124,7 +126,14 @@ def load_scheduler_config(
             )
         )
     known = {"queues", "heartbeat_timeout", "age_interval", "durable"}
-    known |= {"age_max", "max_array_size", "reservation_depth", "max_child_jobs", "pass_depth"}
+    known |= {"age_max", "max_array_size", "hold_depth", "max_child_jobs", "pass_depth"}
+    if "reservation_depth" in table:
+        # The old name of hold_depth, still read: a config that worked keeps working.
+        logging.getLogger(__name__).warning(
+            "[jobs] reservation_depth is now called hold_depth; rename it (read as hold_depth)"
+        )
+        table = {**table, "hold_depth": table["reservation_depth"]}
+        table.pop("reservation_depth")
     extra = sorted(set(table) - known)
     if extra:
         # A typo must not silently fall back to a default.
@@ -137,7 +146,7 @@ def load_scheduler_config(
     for key in ("heartbeat_timeout", "age_interval"):
         if key in table:
             kw[key] = float(table[key])
-    for key in ("age_max", "max_array_size", "reservation_depth", "max_child_jobs", "pass_depth"):
+    for key in ("age_max", "max_array_size", "hold_depth", "max_child_jobs", "pass_depth"):
         if key in table:
             kw[key] = specs.parse_count(table[key], key)
     return SchedulerConfig(
@@ -146,7 +155,7 @@ def load_scheduler_config(
         age_interval=kw.get("age_interval", base.age_interval),
         age_max=kw.get("age_max", base.age_max),
         max_array_size=kw.get("max_array_size", base.max_array_size),
-        reservation_depth=kw.get("reservation_depth", base.reservation_depth),
+        hold_depth=kw.get("hold_depth", base.hold_depth),
         pass_depth=kw.get("pass_depth", base.pass_depth),
         max_child_jobs=kw.get("max_child_jobs", base.max_child_jobs),
         validate=base.validate,

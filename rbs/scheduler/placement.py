@@ -1,7 +1,7 @@
 """The scheduling pass: priority order, best-fit placement, gangs, reservations and backfill.
 
 Jobs are examined highest priority first. A job that cannot start gets a reservation
-(up to `reservation_depth` per pass): the workers where it will fit soonest, judged by
+(up to `hold_depth` per pass): the workers where it will fit soonest, judged by
 the time limits of what runs there. Lower-priority jobs may use a reserved worker only
 if their own time limit ends before that moment (backfill), so skipping ahead never
 delays the blocked job. Without time limits there is no time to promise: such a job
@@ -92,7 +92,7 @@ class Pass:
                     continue  # its shape stays open: the next job of that shape may start
                 self.closed.add(job.shape)
                 # A container job holds no reservation: the calendar knows no runtimes.
-                depth_left = self.reservations < st.config.reservation_depth
+                depth_left = self.reservations < st.config.hold_depth
                 depth_left = depth_left and job.manifest.container is None
                 if reason == "Resources" and depth_left and self.reserve(job):
                     self.reservations += 1

@@ -104,3 +104,17 @@ def test_update_a_pending_job(cluster: tuple[str, dict[str, Path]]) -> None:
     assert rbs("job", "cancel", *at, job, token=t["alice"]).returncode == 0
     r = rbs("job", "update", *at, job, "--priority", "0", token=t["alice"])
     assert r.returncode == 2 and "only a pending job" in r.stderr, r.stderr
+
+
+def test_reservations_and_drains_take_the_admin_role(cluster: tuple[str, dict[str, Path]]) -> None:
+    server, t = cluster
+    at = ["--server", server]
+    r = rbs("job", "reserve", *at, "m", "--in", "1h", "--for", "1h", token=t["alice"])
+    assert r.returncode == 2 and "take the admin role" in r.stderr, r.stderr
+    r = rbs("remote", "drain", *at, "w1", token=t["alice"])
+    assert r.returncode == 2 and "take the admin role" in r.stderr, r.stderr
+    r = rbs("job", "reserve", *at, "m", "--in", "1h", "--for", "1h", token=t["root"])
+    assert r.returncode == 0, r.stderr
+    r = rbs("job", "reservations", *at, token=t["alice"])  # anyone may look
+    assert r.returncode == 0 and r.stdout.startswith("m: "), r.stderr
+    assert rbs("job", "reserve", *at, "m", "--cancel", token=t["root"]).returncode == 0
