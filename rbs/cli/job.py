@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from rbs.cli.job_reserve import reservations, reserve
 from rbs.cli.job_submit import (
     COMMON_FLAGS,
     FLAG,
@@ -369,6 +370,8 @@ def cancel(server: str | None, token_file: str | None, ids: tuple[str, ...]) -> 
 
 
 job.add_command(update_command)  # rbs/cli/job_update.py
+job.add_command(reserve)  # rbs/cli/job_reserve.py
+job.add_command(reservations)
 
 
 @job.command("outputs")

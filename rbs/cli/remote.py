@@ -199,3 +199,7 @@ remote.add_command(status)
 from rbs.cli.remote_token import token  # noqa: E402
 
 remote.add_command(token)
+from rbs.cli.job_reserve import drain, resume  # noqa: E402
+
+remote.add_command(drain)
+remote.add_command(resume)

@@ -41,6 +41,7 @@ from rbs.server.job_driver import JobDriver
 from rbs.server.jobs_http import JobsApi, start_http
 from rbs.server.metrics import ServerMetrics
 from rbs.server.operations import OperationRegistry, OperationStore
+from rbs.server.reservations import Reservations
 from rbs.server.secrets import JobSecrets
 from rbs.server.tokens import ServerAuth, advertised_address, run_env, server_auth
 from rbs.server.workers_service import HubConfig, WorkerHub
@@ -192,6 +193,7 @@ async def start_cluster(
         hub.start()
         stack.push_async_callback(hub.stop)
         secrets: JobSecrets | None = None
+        reservations: Reservations | None = None
         if driver is not None:
             auth.run_user = driver.sched.run_user
             secrets = JobSecrets(data_dir, driver)
@@ -201,6 +203,10 @@ async def start_cluster(
             stack.push_async_callback(driver.stop)
             secrets.start()
             stack.push_async_callback(secrets.stop)
+            reservations = Reservations(data_dir, driver)
+            hub.draining = reservations.is_draining
+            reservations.start()
+            stack.push_async_callback(reservations.stop)
         parts = ServerParts(
             config=config,
             store=store,
@@ -229,6 +235,7 @@ async def start_cluster(
             http_port = grpc.port + 1
             try:
                 api = JobsApi(driver, store, auth, secrets)
+                api.reservations = reservations
                 api.metrics = metrics
                 http = await start_http(api, host, http_port, config)
             except OSError as e:

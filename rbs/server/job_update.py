@@ -43,13 +43,25 @@ async def update_job(
         Update(job_id=job_id, manifest=new, provenance=tuple(prov.items()), by=by, admin=admin)
     )
     what = ", ".join(f"{f} {old} -> {now}" for f, (old, now) in changed.items() if old != now)
-    _note(driver, job_id, f"updated by {by}: {what or 'nothing changed'}")
+    note_line(driver, job_id, f"updated by {by}: {what or 'nothing changed'}")
 
 
-def _note(driver: JobDriver, job_id: int, text: str) -> None:
+def note_line(
+    driver: JobDriver, job_id: int, text: str, index: int | None = None, attempt: int = 0
+) -> None:
+    """A `sys` line in one attempt's part of the job's log (attempt 0: before it runs)."""
     logs = driver.logs
-    key = (-1, 0, 0)  # attempt 0, rank 0, not an array task (the log's own RunKey form)
+    key = (-1 if index is None else index, attempt, 0)  # the log's RunKey: task, attempt, rank
     high = max((hi for _, hi in logs._stored(job_id, key)), default=0)
-    line = LogLine(seq=high + 1, time=time.time(), stream=LogStream.SYS, text=text, attempt=0)
+    # Numbered far above a worker's own numbers for a running attempt, which the log
+    # would otherwise take for lines it already has (1 << 30: as the scheduler's notes).
+    line = LogLine(
+        seq=max(high, 0 if attempt == 0 else 1 << 30) + 1,
+        time=time.time(),
+        stream=LogStream.SYS,
+        text=text,
+        task=index,
+        attempt=attempt,
+    )
     logs.append(job_id, [line])
     logs.wake(job_id)

@@ -41,6 +41,7 @@ from rbs.server.http_guard import HttpGuard
 from rbs.server.job_driver import JobDriver, JobRequestError
 from rbs.server.job_listing import JobListing
 from rbs.server.metrics import ServerMetrics
+from rbs.server.reservations import Reservations
 from rbs.server.secrets import JobSecrets, check_values
 from rbs.server.tls import check_pair, http_context
 from rbs.server.tokens import ServerAuth
@@ -97,6 +98,7 @@ class JobsApi:
         self.guard = HttpGuard()
         self.auth = auth
         self.listing = JobListing(driver)
+        self.reservations: Reservations | None = None  # set by rbs.server.cluster
         self.metrics: ServerMetrics | None = None  # GET /metrics (set by rbs.server.cluster)
 
     def app(self) -> web.Application:
@@ -118,6 +120,8 @@ class JobsApi:
         r.add_post("/v1/cas/batch", self.cas_batch)
         r.add_put("/v1/cas/blobs/{fn}/{hash}/{size}", self.cas_put)
         r.add_get("/v1/cas/blobs/{fn}/{hash}/{size}", self.cas_get)
+        if self.reservations is not None:
+            self.reservations.add_routes(app, PRINCIPAL)
         if self.metrics is not None:
             self.metrics.add_routes(app)
         return app

@@ -166,6 +166,7 @@ class WorkerHub:
         self._sessions: dict[str, _Session] = {}
         self.actions: ActionEvents | None = None
         self.jobs: JobEvents | None = None
+        self.draining: Callable[[str], bool] = lambda _worker_id: False  # .reservations
         self._reaper: asyncio.Task[None] | None = None
         self._carriers: Mapping[type, Callable[[Any], None]] = {
             StartLease: self._start_lease,
@@ -401,7 +402,7 @@ class WorkerHub:
                     build_slots_used=v.build_slots_used,
                     job_slots=i.job_slots,
                     job_slots_used=self.jobs.job_slots_used(i.worker_id) if self.jobs else 0,
-                    state=v.state.value,
+                    state=v.state.value + (" draining" if self.draining(i.worker_id) else ""),
                     last_heartbeat_ns=epoch_ns(now_wall - (now_mono - v.last_heartbeat)),
                     version=i.version,
                     container_runtimes=i.container_runtimes,
