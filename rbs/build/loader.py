@@ -9,7 +9,7 @@ from typing import Any
 
 import starlark as sl
 
-from rbs.build import existing
+from rbs.build import existing, handover
 from rbs.build.aspects import AspectClass, new_aspect
 from rbs.build.compat import compat_ast, lower_build, lower_module, skylib_module
 from rbs.build.errors import (
@@ -434,8 +434,7 @@ class Loader:
         return lines[line - 1] if 0 < line <= len(lines) else None
 
     def call_impl(self, rule: RuleClass, data: dict[str, Any]) -> Any:
-        rid = rule.key
-        return self.modules[rule.module].call("rbs_call_impl", rid, data)
+        return handover.call_impl(self.modules[rule.module], rule.key, data)
 
 
 def _renamed(rc: RuleClass, kind: str) -> RuleClass:

@@ -10,6 +10,7 @@ the `Host` protocol, so this module imports no loading code.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -129,6 +130,10 @@ def _action(host: Host, module: Label) -> Callable[..., Any]:
     return lambda **kw: host.running_impl("action").ctx_action(**kw)
 
 
+def _action_json(host: Host, module: Label) -> Callable[..., Any]:
+    return lambda text: host.running_impl("action").ctx_action(**json.loads(text))
+
+
 def _expand(host: Host, module: Label) -> Callable[..., Any]:
     return lambda **kw: host.running_impl("expand").ctx_expand(**kw)
 
@@ -165,6 +170,7 @@ RBS_BUILTINS: Mapping[str, Bind] = MappingProxyType(
         "_rbs_parse_label": lambda host, module: functools.partial(_parse_label_in, module),
         "_rbs_declare": _declare,
         "_rbs_action": _action,
+        "_rbs_action_json": _action_json,
         "_rbs_expand": _expand,
     }
 )

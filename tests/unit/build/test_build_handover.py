@@ -1,0 +1,76 @@
+"""Rule implementation data and providers cross as JSON text only where that is exact."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rbs.build import handover
+from rbs.build.api import load_and_analyze
+from rbs.build.graph import ActionGraph, ActionSpec
+
+MakeWs = Callable[[dict[str, str]], Path]
+
+
+def test_json_text_refuses_what_starlark_would_read_back_otherwise() -> None:
+    assert handover.json_text({"a": [1, "x", None, True], "b": (1, 2)}) == (
+        '{"a":[1,"x",null,true],"b":[1,2]}'
+    )
+    assert handover.json_text({"f": math.nan}) is None
+    assert handover.json_text({"f": math.inf}) is None
+    assert handover.json_text({"n": 10**30}) is None  # json.decode would make it a float
+    assert handover.json_text({"o": object()}) is None
+
+
+# A provider that JSON cannot carry unchanged (int keys, a tuple, a long integer, a float)
+# next to one it can: dependents read the same values either way.
+DEFS = """
+Odd = provider(fields = ["keys", "pair", "big", "ratio"])
+Plain = provider(fields = ["names"])
+
+def _odd_impl(ctx):
+    return [Odd(keys = {1: "one", 2: "two"}, pair = (1, 2), big = 10 * 1000000000000000000000, ratio = 0.5),
+            Plain(names = ["a", "b"])]
+
+def _use_impl(ctx):
+    o = ctx.attr.dep[Odd]
+    p = ctx.attr.dep[Plain]
+    text = "%s %s %s %s %s" % (sorted(o.keys.items()), list(o.pair), o.big, o.ratio, p.names)
+    ctx.actions.write(ctx.outputs.out, text)
+
+odd = rule(implementation = _odd_impl)
+use = rule(implementation = _use_impl, attrs = {"dep": attr.label(), "out": attr.output()})
+"""
+
+
+def writes(g: ActionGraph) -> dict[str, str]:
+    return {
+        str(a.owner): a.content.decode()
+        for a in g.actions
+        if isinstance(a, ActionSpec) and a.kind == "write"
+    }
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_providers_read_the_same_through_json_and_through_values(
+    make_ws: MakeWs, monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    if not fast:
+        monkeypatch.setattr(handover, "json_text", lambda data: None)
+    root = make_ws(
+        {
+            "pkg/defs.rbs": DEFS,
+            "pkg/BUILD": (
+                'load(":defs.rbs", "odd", "use")\n'
+                'odd(name = "o")\n'
+                'use(name = "u", dep = ":o", out = "u.txt")\n'
+            ),
+        }
+    )
+    g = load_and_analyze(root, ("//pkg:u",))[1]
+    # A provider's dict keys are strings on both paths (`_plain`); a tuple reads as a list.
+    want = '[("1", "one"), ("2", "two")] [1, 2] 10000000000000000000000 0.5 ["a", "b"]'
+    assert writes(g) == {"//pkg:u": want}
