@@ -98,6 +98,7 @@ def job_spec(
     outputs: Sequence[str],
     data_paths: Sequence[str],
     secrets: Sequence[str] = (),
+    container: str = "",
 ) -> dict[str, Any]:
     """Check a job rule's attribute values; return the manifest's fields as JSON values.
 
@@ -175,6 +176,7 @@ def job_spec(
             "env", dict(env), e.problem, "use KEY = VALUE with KEY a variable name"
         ) from None
     _check_layout(binary, data_paths)
+    image = parse("container", specs.parse_image, container, '"debian:12"') if container else None
     try:
         m = JobManifest(
             name="job",
@@ -191,6 +193,7 @@ def job_spec(
             env=env_items,
             outputs=outs,
             secrets=tuple(secrets),
+            container=image,
         )
     except ValueError as e:
         # Reserved variable names and the like: JobManifest's message names the value.

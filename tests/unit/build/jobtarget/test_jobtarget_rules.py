@@ -260,3 +260,18 @@ def test_a_job_target_names_its_secrets_never_values(analyze_job: Analyze) -> No
 def test_a_bad_secret_name_fails_naming_the_attribute(analyze_job: Analyze) -> None:
     with pytest.raises(BuildError, match=r"attribute 'secrets'.*RBS_X"):
         analyze_job('batch_job(name = "job", binary = ":train", secrets = ["RBS_X"])\n')
+
+
+def test_a_job_target_names_its_container_image(analyze_job: Analyze) -> None:
+    m = manifest(
+        analyze_job,
+        'batch_job(name = "job", binary = ":train", container = "localhost/tools:1")\n',
+    )
+    assert (m.container, m.network) == ("localhost/tools:1", "host")
+    plain = manifest(analyze_job, 'batch_job(name = "job", binary = ":train")\n')
+    assert plain.container is None
+
+
+def test_a_bad_container_image_fails_naming_the_attribute(analyze_job: Analyze) -> None:
+    with pytest.raises(BuildError, match=r"attribute 'container'.*not an image reference"):
+        analyze_job('batch_job(name = "job", binary = ":train", container = "two words")\n')
