@@ -382,9 +382,7 @@ def outputs(server: str | None, token_file: str | None, job_id: str, dest: str |
     """Download a job's recorded outputs."""
 
     def run() -> int:
-        from rbs.cli.progress import transfer_bar
-
-        with client_for(server, token_file) as client, transfer_bar("fetching outputs"):
+        with client_for(server, token_file) as client:
             where = client.outputs(job_id, dest)
         print(where)
         return 0

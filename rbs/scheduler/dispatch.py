@@ -33,6 +33,7 @@ from rbs.scheduler.dispatch_events import (
     QueuedAction,
     WorkerConnected,
     WorkerDisconnected,
+    WorkerDraining,
     WorkerHeartbeat,
     WorkerInfo,
     WorkerRestored,
@@ -95,10 +96,11 @@ class _Worker:
     last_heartbeat: float
     disconnected_at: float = 0.0
     leases: set[str] = field(default_factory=set)
+    draining: bool = False  # in a maintenance window or drained: no new leases
 
     @property
     def free_slots(self) -> int:
-        return self.info.build_slots - len(self.leases)
+        return 0 if self.draining else self.info.build_slots - len(self.leases)
 
 
 _Handler = Callable[[Any], list[DispatchInstruction]]
@@ -129,6 +131,7 @@ class Dispatcher:
             LeaseFinished: self._finished,
             OperationCompleted: self._completed,
             DispatchTick: self._tick,
+            WorkerDraining: self._draining,
         }
         assert set(self._handlers) == set(get_args(DispatchEvent))
 
@@ -212,6 +215,13 @@ class Dispatcher:
                 )
             )
         return out + self._dispatch()
+
+    def _draining(self, ev: WorkerDraining) -> list[DispatchInstruction]:
+        w = self._workers.get(ev.worker_id)
+        if w is None or w.draining == ev.draining:
+            return []
+        w.draining = ev.draining
+        return self._dispatch()  # resumed: its free slots take the queue's head
 
     def _heartbeat(self, ev: WorkerHeartbeat) -> list[DispatchInstruction]:
         w = self._workers.get(ev.worker_id)

@@ -114,6 +114,15 @@ class OperationCompleted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerDraining:
+    """A maintenance window or drain holds the worker (rbs.server.reservations): while
+    `draining` it is leased no new build actions; the ones it runs finish."""
+
+    worker_id: str
+    draining: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DispatchTick:
     """Time passed: silent workers, and workers away past the grace, are lost."""
 
@@ -128,4 +137,5 @@ DispatchEvent = (
     | LeaseFinished
     | OperationCompleted
     | DispatchTick
+    | WorkerDraining
 )

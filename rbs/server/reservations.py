@@ -3,7 +3,8 @@
 The server keeps them in `<data_dir>/reservations.json` (rewritten whole, atomically) and
 hands the core all of them as one `SetWindows` event at start, on every change and when
 one ends (the core's rules: rbs.scheduler.windows). When a window starts, each job then
-running on an affected worker gets a line in its log: it keeps running, as in Slurm.
+running on an affected worker gets a line in its log: it keeps running, as in Slurm;
+and the action dispatcher leases the worker no new build actions until it ends.
 Only an admin makes or cancels them.
 
 Routes (JSON, under the jobs API's auth):
@@ -145,6 +146,13 @@ class Reservations:
 
     def publish(self) -> None:
         self.driver._post(SetWindows(windows=tuple(self.windows.values())))
+        self.hold_builds()
+
+    def hold_builds(self) -> None:
+        """Lease build actions to no worker in a window now (idempotent: each check)."""
+        for view in self.driver.hub.workers():
+            wid = view.info.worker_id
+            self.driver.hub.set_draining(wid, self.is_draining(wid))
 
     # ---- time passing
 
@@ -172,6 +180,7 @@ class Reservations:
             if w.start <= now and w.name not in self._started:
                 self._started.add(w.name)
                 self._note_start(w)
+        self.hold_builds()
         ended = [w.name for w in self.windows.values() if w.end <= now]
         for name in ended:
             del self.windows[name]

@@ -46,6 +46,7 @@ from rbs.scheduler.dispatch_events import (
     QueuedAction,
     WorkerConnected,
     WorkerDisconnected,
+    WorkerDraining,
     WorkerHeartbeat,
     WorkerInfo,
     WorkerRestored,
@@ -256,6 +257,10 @@ class WorkerHub:
         for ins in instructions:
             self._carriers[type(ins)](ins)
         return instructions
+
+    def set_draining(self, worker_id: str, draining: bool) -> None:
+        """Lease the worker no new build actions while `draining` (rbs.server.reservations)."""
+        self._step(WorkerDraining(worker_id=worker_id, draining=draining))
 
     def _start_lease(self, ins: StartLease) -> None:
         if self.actions is not None:

@@ -22,6 +22,7 @@ from rbs.scheduler.dispatch_events import (
     QueuedAction,
     WorkerConnected,
     WorkerDisconnected,
+    WorkerDraining,
     WorkerHeartbeat,
     WorkerInfo,
     WorkerRestored,
@@ -72,7 +73,7 @@ def test_every_event_type_has_a_handler() -> None:
     d = Dispatcher()
     with pytest.raises(TypeError, match="not a dispatch event"):
         d.handle(object(), 0)  # type: ignore[arg-type]
-    assert len(get_args(DispatchEvent)) == 9
+    assert len(get_args(DispatchEvent)) == 10
 
 
 def test_actions_wait_for_build_slots_never_job_slots() -> None:
@@ -228,7 +229,7 @@ def test_invariant_violation_is_reported() -> None:
         d.handle(WorkerHeartbeat(worker_id="w1"), 1)
 
 
-_EVENT_KINDS = "sfcdltbr"
+_EVENT_KINDS = "sfcdltbrg"
 
 
 @settings(max_examples=60, deadline=None)
@@ -265,6 +266,8 @@ def test_invariants_under_random_events(events: list[tuple[str, int]]) -> None:
             event = DispatchTick()
         elif kind == "b":
             event = WorkerHeartbeat(worker_id=f"w{arg}")
+        elif kind == "g":  # a maintenance window holds a worker, or lets it go
+            event = WorkerDraining(worker_id=f"w{arg % 3}", draining=arg < 2)
         elif kind == "r" and d.leases():
             # A lease ends without its operation finishing (the driver then completes it).
             lease = d.leases()[arg % len(d.leases())]
