@@ -102,6 +102,7 @@ _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Variables the scheduler sets itself; a job may not override them, since pinning and
 # attempt numbers must be what the scheduler decided.
 RESERVED_ENV_PREFIX = "RBS_"
+DEFAULT_RESTARTS = 10  # a job's requeues after worker loss unless --restarts says otherwise
 RESERVED_ENV = frozenset(
     {"CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 )
@@ -291,6 +292,8 @@ class JobManifest:
     max_nodes: int | None = None
     max_retries: int = 0
     requeue: bool = True
+    # Requeues after a worker is lost, per task; 0 is what requeue=False means.
+    restarts: int = DEFAULT_RESTARTS
     checkpoint_dir: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     outputs: tuple[str, ...] = ()
@@ -299,6 +302,8 @@ class JobManifest:
     array: ArraySpec | None = None
     dependencies: tuple[Dependency, ...] = ()
     begin_time: float | None = None  # epoch seconds; PENDING (BeginTime) until then
+    # Epoch seconds; a job not started by then ends CANCELLED (DeadlineExpired).
+    deadline: float | None = None
     # An OCI image the job runs in (`--container`), on a worker with a container
     # runtime; `network` "host" (the default, as for jobs outside containers) or "none".
     container: str | None = None
@@ -327,6 +332,13 @@ class JobManifest:
             raise ValueError(f"time_limit {self.time_limit}s must be at least 1 second")
         if self.max_retries < 0:
             raise ValueError(f"max_retries {self.max_retries} must not be negative")
+        if self.restarts < 0:
+            raise ValueError(f"restarts {self.restarts} must not be negative")
+        # One meaning, two spellings: --no-requeue and --restarts 0.
+        if not self.requeue and self.restarts:
+            object.__setattr__(self, "restarts", 0)
+        elif self.requeue and not self.restarts:
+            object.__setattr__(self, "requeue", False)
         self._check_nodes()
         # Normalize env so that equal manifests are equal objects and equal JSON.
         env = tuple(sorted(self.env))

@@ -217,6 +217,43 @@ def parse_duration(value: str | int, flag: str = "--time", *, minimum: int = 1) 
     return seconds
 
 
+WHEN_FORMS = (
+    "now+DURATION (now+2h), +DURATION, an ISO date and time (2026-12-02T09:30, local time "
+    "unless it names a zone), or epoch seconds"
+)
+
+
+def parse_when(value: str | int | float, flag: str, now: float) -> float:
+    """Epoch seconds of a point in time: `now+2h`, `+30m`, `2026-12-02T09:30`, `1767225600`.
+
+    `now` is passed in (this module reads no clock); a time before it is refused.
+    """
+    if isinstance(value, bool):
+        raise SpecError(flag, value, "not a time", WHEN_FORMS)
+    if isinstance(value, int | float):
+        when = float(value)
+    else:
+        text = str(value).strip()
+        rel = text.removeprefix("now").strip() if text.lower().startswith("now") else text
+        if rel.startswith("+"):
+            when = now + parse_duration(rel[1:].strip(), flag)
+        elif text.lower() == "now":
+            when = now
+        elif re.fullmatch(r"\d+(\.\d+)?", text):
+            when = float(text)
+        else:
+            import datetime as dt
+
+            try:
+                point = dt.datetime.fromisoformat(text)
+            except ValueError:
+                raise SpecError(flag, value, "not a time", WHEN_FORMS) from None
+            when = point.timestamp()  # a naive time is local, as `date` reads it
+    if not when >= now - 1:  # a second's slack for the trip to the server
+        raise SpecError(flag, value, "is in the past", WHEN_FORMS)
+    return when
+
+
 def format_duration(seconds: int) -> str:
     """The shortest `1d2h3m4s` text for a whole number of seconds (`0s` for zero)."""
     parts = []
@@ -275,6 +312,7 @@ class Limit:
 LIMITS: dict[str, Limit] = {
     "priority": Limit("a whole number", -1_000_000, 1_000_000),
     "max_retries": Limit("a whole number", 0, 1_000),
+    "restarts": Limit("a whole number", 0, 1_000),
     "time_limit": Limit("a duration", 1, 366 * 86400, format_duration),
     "nodes": Limit("a number of nodes", 1, 10_000),
     "resources.cpu": Limit("a cpu quantity", 1, 4096 * 1000, format_cpu),

@@ -45,6 +45,12 @@ def _dest_of(spec: str, cwd: Path) -> tuple[str, Path]:
     dest, sep, src = spec.partition("=")
     if not sep:
         src, dest = spec, ""
+    elif not src.strip():
+        # An empty SRC would be the current folder, with whatever lives in it.
+        raise StagingError(
+            f"--inputs {spec!r}: SRC is empty; name what to stage, e.g. {dest or 'data'}=./{dest or 'data'}"
+            " (or . for the whole current folder)"
+        )
     src_path = (cwd / src).resolve() if not os.path.isabs(src) else Path(src)
     if not src_path.exists():
         raise StagingError(f"--inputs {spec!r}: {src_path} does not exist")

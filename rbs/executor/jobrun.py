@@ -237,7 +237,7 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
                 f"time limit {format_duration(manifest.time_limit)}, enforced by the scheduler: "
                 f"SIGTERM, then SIGKILL {host.grace_s:g}s later"
             )
-        spec = run_spec(run, job_spec(lease, manifest, dirs, host), host.users)
+        spec = run_spec(run, job_spec(lease, manifest, dirs, host), host.users, manifest.time_limit)
         if manifest.container is not None:
             if host.containers is None:
                 raise EngineError("this worker has no container runtime (--containers none)")
@@ -256,8 +256,10 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
     return spec
 
 
-def run_spec(run: LeaseRun, spec: JobSpec, users: RunUsers | None = None) -> RunSpec:
-    """The supervisor's view of a job process."""
+def run_spec(
+    run: LeaseRun, spec: JobSpec, users: RunUsers | None = None, time_limit_s: int | None = None
+) -> RunSpec:
+    """The supervisor's view of a job process (`time_limit_s`: the scheduler's, for its log)."""
     task = f" task {spec.task_id}" if spec.task_id is not None else ""
     env, secrets = jobsecrets.split(spec.final_env())
     return RunSpec(
@@ -274,6 +276,7 @@ def run_spec(run: LeaseRun, spec: JobSpec, users: RunUsers | None = None) -> Run
         pids_max=spec.pids_max,
         gpus=spec.gpu_ids,
         grace_s=spec.grace_s,
+        time_limit_s=time_limit_s,
         max_line_chars=spec.max_line_chars,
         owner=run.owner(),
         users=as_spec(users, run.dirs.tmp) if users is not None else None,

@@ -70,6 +70,7 @@ class RunSpec:
     pids_max: int | None = None
     gpus: tuple[str, ...] | None = None
     grace_s: float = 10.0
+    time_limit_s: float | None = None  # shown in the limits line; the server enforces it
     max_line_chars: int = 16 * 1024
     owner: Mapping[str, Any] = field(default_factory=dict)
     # Run as a uid of its own (rbs.executor.runuser.as_spec: first, last, lock_dir,

@@ -12,7 +12,7 @@ _SINGLE = ((0, 0, 1),)
 _SINGLE_STARTS = (0,)
 # Shared empty values: most jobs never retry nor skip, and a pending job should cost
 # bytes, not an empty deque (760 B) and set (216 B) each. Replaced on first use.
-_NO_RETRY: tuple[tuple[int, int, int], ...] = ()
+_NO_RETRY: tuple[tuple[int, int, int, int], ...] = ()
 _NO_SKIP: frozenset[int] = frozenset()
 
 
@@ -43,7 +43,9 @@ class TaskPool:
         )
         self.range_i = 0
         self.next_value = self.ranges[0][0]
-        self.retry: deque[tuple[int, int, int]] | tuple[tuple[int, int, int], ...] = _NO_RETRY
+        self.retry: deque[tuple[int, int, int, int]] | tuple[tuple[int, int, int, int], ...] = (
+            _NO_RETRY
+        )
         self.skipped: set[int] | frozenset[int] = _NO_SKIP
         self.counts: dict[JobState, int] = {}
         self.fresh_left = spec.size if spec is not None else 1
@@ -60,8 +62,9 @@ class TaskPool:
     def finished(self) -> int:
         return sum(self.counts.values())
 
-    def pop(self) -> tuple[int, int, int]:
-        """The next task to start: (index, attempt, retries used). Call only if pending."""
+    def pop(self) -> tuple[int, int, int, int]:
+        """The next task to start: (index, attempt, retries used, restarts used). Call only
+        if pending."""
         if isinstance(self.retry, deque) and self.retry:
             return self.retry.popleft()
         while True:
@@ -69,7 +72,7 @@ class TaskPool:
             if isinstance(self.skipped, set) and index in self.skipped:
                 self.skipped.discard(index)
                 continue
-            return index, 1, 0
+            return index, 1, 0, 0
 
     def _advance(self) -> int:
         index = self.next_value
@@ -84,10 +87,12 @@ class TaskPool:
             self.next_value = last + 1  # exhausted
         return index
 
-    def push_retry(self, index: int, attempt: int, retries_used: int) -> None:
+    def push_retry(
+        self, index: int, attempt: int, retries_used: int, restarts_used: int = 0
+    ) -> None:
         if not isinstance(self.retry, deque):
             self.retry = deque()
-        self.retry.append((index, attempt, retries_used))
+        self.retry.append((index, attempt, retries_used, restarts_used))
 
     def finish(self, state: JobState, n: int = 1) -> None:
         if n:

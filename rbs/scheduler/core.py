@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rbs.model import UNKNOWN_USER, JobManifest, JobState, KillReason
+from rbs.scheduler import endings
 from rbs.scheduler import lifecycle as lc
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.events import (
@@ -199,12 +200,12 @@ class Scheduler:
         res, lo = m.resources, m.node_range[0]
         if self._st.known_capable_count(res) >= lo:
             return
-        from rbs.units import format_cpu, format_size
+        from rbs.units import format_cpu, human_size
 
         workers = list(self._st.workers.values())
         largest = max(workers, key=lambda w: (len(w.gpus), w.cpu_millis, w.memory_bytes))
         ask = (
-            f"cpu {format_cpu(res.cpu_millis)}, memory {format_size(res.memory_bytes)}, "
+            f"cpu {format_cpu(res.cpu_millis)}, memory {human_size(res.memory_bytes)}, "
             f"gpus {res.gpus}" + (f" on each of {lo} nodes" if lo > 1 else "")
         )
         raise SchedulerError(
@@ -253,7 +254,7 @@ class Scheduler:
         for run in self._runs_of(target):
             lc.stop_run(st, run, KillReason.CANCEL)
         lc.sync_ready(st, job)
-        job.reason = None
+        job.reason = None if job.runs or job.pool.pending else endings.cancelled_by(by)
         if st.refresh(job).terminal:
             lc.on_terminal(st, job)
         st.need_pass = True
@@ -369,6 +370,7 @@ class Scheduler:
                 job.eligible_time = now
                 st.touch(job)
                 lc.sync_ready(st, job)
+        lc.expire_deadlines(st)
 
     # ---- persistence
 

@@ -41,6 +41,8 @@ class TaskRecord:
     oom: bool = False
     peak_memory_bytes: int | None = None
     active: bool = True
+    restarts_used: int = 0  # requeues after worker loss before this attempt
+    reason: str | None = None  # why it ended (rbs.scheduler.endings), once it has
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,7 +51,7 @@ class PoolRecord:
 
     range_i: int
     next_value: int
-    retry: tuple[tuple[int, int, int], ...]  # (index, attempt, retries used)
+    retry: tuple[tuple[int, int, int, int], ...]  # (index, attempt, retries, restarts used)
     skipped: tuple[int, ...]  # cancelled before they were reached by the cursor
     counts: tuple[tuple[str, int], ...]  # terminal state name -> tasks
 
@@ -192,4 +194,14 @@ class Kill:
     reason: KillReason
 
 
-Instruction = SaveJob | SaveTask | SaveWorker | Accepted | Rejected | Start | Kill
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Note:
+    """Write a `sys` line into the log of one attempt: what the scheduler did to it and why."""
+
+    job_id: int
+    index: int | None
+    attempt: int
+    text: str
+
+
+Instruction = SaveJob | SaveTask | SaveWorker | Accepted | Rejected | Start | Kill | Note

@@ -13,6 +13,8 @@ from rbs.scheduler.state import InvariantError, Run, SchedState
 def check_invariants(st: SchedState) -> None:
     """Raise InvariantError if the state breaks a rule; O(state), for tests and simulations."""
     expected: dict[str, list[tuple[tuple[int, int | None, int, int], object]]] = {}
+    live = sum(1 for w in st.workers.values() if w.alive)
+    _require(st.live_workers == live, f"{st.live_workers} workers counted up, {live} are")
     for job in st.jobs.values():
         pool = job.pool
         total = job.manifest.array.size if job.manifest.array is not None else 1

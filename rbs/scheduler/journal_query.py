@@ -117,13 +117,15 @@ def _sort_expr(sort: str, config: SchedulerConfig, now: float) -> tuple[str, lis
         args: list[Any] = [x for q in config.queues for x in (q.name, q.priority_weight)]
         queue = f"(CASE queue {weights} ELSE 0 END)" if config.queues else "0"
         # policy.age_bonus: whole age_intervals on a global grid, clamped to [0, age_max].
-        # Times are positive, so CAST (truncation) is floor.
+        # Times are positive, so CAST (truncation) is floor. An ended job's age stops at
+        # its end time.
         now_step = math.floor(now / config.age_interval)
         age = (
             "(CASE WHEN json_extract(body, '$.eligible_time') IS NULL THEN 0 ELSE "
-            "max(0, min(?, ? - CAST(json_extract(body, '$.eligible_time') / ? AS INTEGER))) END)"
+            "max(0, min(?, COALESCE(CAST(json_extract(body, '$.end_time') / ? AS INTEGER), ?)"
+            " - CAST(json_extract(body, '$.eligible_time') / ? AS INTEGER))) END)"
         )
-        args += [config.age_max, now_step, config.age_interval]
+        args += [config.age_max, config.age_interval, now_step, config.age_interval]
         return f"(COALESCE(json_extract(manifest, '$.priority'), 0) + {queue} + {age})", args
     raise ValueError(f"sort={sort!r}: sorts are {', '.join(SORTS)}")
 

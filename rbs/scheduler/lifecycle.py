@@ -6,6 +6,7 @@ import heapq
 import logging
 
 from rbs.model import DepKind, JobState, KillReason
+from rbs.scheduler import endings
 from rbs.scheduler.instructions import Start
 from rbs.scheduler.state import Job, Run, SchedState
 from rbs.scheduler.workers import WorkerCapacity
@@ -13,6 +14,7 @@ from rbs.scheduler.workers import WorkerCapacity
 log = logging.getLogger(__name__)
 
 NEVER = "DependencyNeverSatisfied"
+DEADLINE_EXPIRED = "DeadlineExpired"
 _ENDING_STATE = {
     KillReason.TIMEOUT: JobState.TIMEOUT,
     KillReason.CANCEL: JobState.CANCELLED,
@@ -38,6 +40,8 @@ def dependency_status(st: SchedState, job: Job) -> str:
 
 def admit(st: SchedState, job: Job) -> None:
     """Place a new or restored non-terminal job: waiting on deps, on its begin time, or ready."""
+    if job.manifest.deadline is not None and job.start_time is None:
+        heapq.heappush(st.expiry_heap, (job.manifest.deadline, job.id))
     status = dependency_status(st, job)
     if status == "never":
         cancel_pending_job(st, job, NEVER)
@@ -56,6 +60,16 @@ def admit(st: SchedState, job: Job) -> None:
         job.eligible_time = st.now
         st.touch(job)
     sync_ready(st, job)
+
+
+def expire_deadlines(st: SchedState) -> None:
+    """Cancel the jobs whose --deadline passed before any of their tasks started."""
+    while st.expiry_heap and st.expiry_heap[0][0] <= st.now:
+        _, job_id = heapq.heappop(st.expiry_heap)
+        job = st.jobs[job_id]
+        if not job.state.terminal and job.start_time is None and not job.runs:
+            cancel_pending_job(st, job, DEADLINE_EXPIRED)
+            st.need_pass = True
 
 
 def is_ready(job: Job) -> bool:
@@ -87,11 +101,12 @@ def sync_ready(st: SchedState, job: Job) -> None:
                 # What that pass would have said of it.
                 lo = job.manifest.node_range[0]
                 enough = st.capable_count(job.manifest.resources) >= lo
-                st.set_state(job, job.state, "Resources" if enough else "ReqNodeNotAvail")
+                why = "ReqNodeNotAvail" if st.live_workers else st.waiting_reason()
+                st.set_state(job, job.state, "Resources" if enough else why)
                 job.eval_pass = st.pass_no
                 return
             if job.state is JobState.PENDING and job.reason in (None, "Dependency", "BeginTime"):
-                st.set_state(job, job.state, "Priority")
+                st.set_state(job, job.state, st.waiting_reason())
     else:
         st.ready.discard(job.id)
 
@@ -126,9 +141,9 @@ def cancel_pending_job(st: SchedState, job: Job, reason: str | None, cascade: bo
 
 
 def start_run(st: SchedState, job: Job, placement: list[WorkerCapacity]) -> Run:
-    raw, attempt, retries = job.pool.pop()
+    raw, attempt, retries, restarts = job.pool.pop()
     index = job.index_of(raw)
-    run = Run(job.id, index, attempt, retries, st.now)
+    run = Run(job.id, index, attempt, retries, st.now, restarts)
     res = job.manifest.resources
     gang = job.manifest.node_range[1] > 1
     for rank, worker in enumerate(placement):
@@ -256,6 +271,16 @@ def lost(st: SchedState, job: Job, run: Run, preempt: bool = False) -> None:
     state = (
         JobState.PREEMPTED if preempt or run.ending is KillReason.REQUEUE else JobState.NODE_FAIL
     )
+    if state is JobState.NODE_FAIL:
+        # Worker loss spends the task's `restarts`; preemption and requeues spend nothing.
+        worker = endings.lost_worker_of(st, run)
+        restart = endings.may_restart(job, run)
+        if restart:
+            endings.note_restart(st, job, run, worker)
+        else:
+            endings.note_node_fail(st, job, run, worker)
+        end_run(st, job, run, state, KillReason.NODE_FAIL, requeue=restart, lost_worker=worker)
+        return
     admin = run.ending is KillReason.REQUEUE
     end_run(st, job, run, state, KillReason.NODE_FAIL, requeue=admin or job.manifest.requeue)
 
@@ -267,6 +292,7 @@ def end_run(
     state: JobState,
     peer_reason: KillReason,
     requeue: bool = False,
+    lost_worker: str | None = None,
 ) -> None:
     """Close a run with `state`; then retry, requeue, or count the task as finished."""
     raw = job.raw_of(run.index)
@@ -274,6 +300,7 @@ def end_run(
     st.sync_release(run)
     run.state = state
     run.end_time = st.now
+    run.reason = endings.run_reason(job, run, state, lost_worker)
     st.touch_run(run)
     st.need_pass = True
     if run.live_nodes:
@@ -290,13 +317,16 @@ def end_run(
         run.retries_used < job.manifest.max_retries
     )
     if retry:
-        job.pool.push_retry(raw, run.attempt + 1, run.retries_used + 1)
+        job.pool.push_retry(raw, run.attempt + 1, run.retries_used + 1, run.restarts_used)
     elif requeue:
-        job.pool.push_retry(raw, run.attempt + 1, run.retries_used)
+        restarts = run.restarts_used + (state is JobState.NODE_FAIL)
+        job.pool.push_retry(raw, run.attempt + 1, run.retries_used, restarts)
     else:
         job.pool.finish(state)
     sync_ready(st, job)
     if st.refresh(job).terminal:
+        if job.reason is None:
+            job.reason = endings.job_reason(job) if job.is_array else run.reason
         on_terminal(st, job)
 
 

@@ -17,6 +17,7 @@ from rbs.scheduler.instructions import (
     JobRecord,
     Kill,
     NodeRecord,
+    Note,
     Rejected,
     SaveJob,
     SaveTask,
@@ -30,6 +31,7 @@ from rbs.scheduler.releases import STOPPING, ReleaseCalendar
 from rbs.scheduler.workers import DrainIndex, FreeIndex, NodeKey, Work, WorkerCapacity
 
 RunKey = tuple[int, int | None, int]  # job id, index, attempt
+NO_WORKERS = "NoWorkers"  # the pending reason while no worker at all is up
 
 # Legal job-state moves. An array's aggregate state may go from PENDING straight to a
 # terminal state (its last pending tasks cancelled after others failed); a single job
@@ -72,6 +74,8 @@ class Run:
         "nodes",
         "oom",
         "peak",
+        "reason",
+        "restarts_used",
         "retries_used",
         "signal",
         "start_time",
@@ -79,12 +83,20 @@ class Run:
     )
 
     def __init__(
-        self, job_id: int, index: int | None, attempt: int, retries_used: int, now: float
+        self,
+        job_id: int,
+        index: int | None,
+        attempt: int,
+        retries_used: int,
+        now: float,
+        restarts_used: int = 0,
     ) -> None:
         self.job_id = job_id
         self.index = index
         self.attempt = attempt
         self.retries_used = retries_used
+        self.restarts_used = restarts_used
+        self.reason: str | None = None
         self.nodes: list[NodeRecord] = []
         self.start_time = now
         self.confirmed_time: float | None = None
@@ -132,11 +144,16 @@ class Run:
             oom=self.oom,
             peak_memory_bytes=self.peak,
             active=bool(self.live_nodes),
+            restarts_used=self.restarts_used,
+            reason=self.reason,
         )
 
     @classmethod
     def from_record(cls, rec: TaskRecord) -> Run:
-        run = cls(rec.job_id, rec.index, rec.attempt, rec.retries_used, rec.start_time)
+        run = cls(
+            rec.job_id, rec.index, rec.attempt, rec.retries_used, rec.start_time, rec.restarts_used
+        )
+        run.reason = rec.reason
         run.nodes = list(rec.nodes)
         run.confirmed_time = rec.confirmed_time
         run.deadline = rec.deadline
@@ -285,6 +302,7 @@ class SchedState:
         self.silence: list[tuple[float, str]] = []
         self._silence_filed: set[str] = set()
         self.unfinished = 0  # jobs not in a terminal state
+        self.live_workers = 0  # workers up (kept by count_worker)
         self.next_id = 1
         self.ready: ReadyQueue[Job] = ReadyQueue(config)
         # What the last pass learnt of the shapes it closed, for the views of the jobs
@@ -293,6 +311,7 @@ class SchedState:
         self.last_reserved = False
         self.dependents: dict[int, list[int]] = {}
         self.begin_heap: list[tuple[float, int]] = []
+        self.expiry_heap: list[tuple[float, int]] = []  # --deadline: (when, job id)
         self.deadlines: list[tuple[float, int, int, int]] = []  # deadline, job, raw index, attempt
         self.draining: dict[RunKey, Run] = {}
         self.children: dict[int, int] = {}  # parent job -> child jobs it submitted
@@ -307,7 +326,7 @@ class SchedState:
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_runs: dict[RunKey, Run] = {}
         self.dirty_workers: dict[str, WorkerCapacity] = {}
-        self.actions: list[Accepted | Rejected | Start | Kill] = []
+        self.actions: list[Accepted | Rejected | Start | Kill | Note] = []
 
     def add_worker(self, worker: WorkerCapacity) -> None:
         """File a new worker: its index entry, capability counts and heartbeat deadline."""
@@ -322,6 +341,8 @@ class SchedState:
 
     def count_worker(self, worker: WorkerCapacity, sign: int, known: bool = False) -> None:
         """Add (1) or take (-1) a worker's part in the capability counts; call around changes."""
+        if worker.alive:
+            self.live_workers += sign
         for res in self._capable:
             if worker.alive and worker.could_ever_fit(res):
                 self._capable[res] += sign
@@ -425,7 +446,7 @@ class SchedState:
         if job.runs:
             self.set_state(job, JobState.RUNNING, job.reason if pool.pending else None)
         elif pool.pending:
-            self.set_state(job, JobState.PENDING, job.reason or "Priority")
+            self.set_state(job, JobState.PENDING, job.reason or self.waiting_reason())
         else:
             final = JobState.COMPLETED
             for s in _AGGREGATE:
@@ -434,6 +455,10 @@ class SchedState:
                     break
             self.set_state(job, final, job.reason if final is JobState.CANCELLED else None)
         return job.state
+
+    def waiting_reason(self) -> str:
+        """What a ready job waits for before a pass has looked at it."""
+        return "Priority" if self.live_workers else NO_WORKERS
 
     # ---- instructions
 

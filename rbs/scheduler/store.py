@@ -256,15 +256,19 @@ class Store:
         ).fetchone()
         return None if row is None else _job_record(*row)
 
-    def task_history(self, job_id: int, index: int | None = None) -> list[TaskRecord]:
-        """Every recorded attempt of a task (all tasks of the job when index is None)."""
+    def task_history(
+        self, job_id: int, index: int | None = None, limit: int = -1
+    ) -> list[TaskRecord]:
+        """Every recorded attempt of a task (all tasks of the job when index is None), the
+        first `limit` of them in task and attempt order when `limit` is not -1."""
         sql = "SELECT job_id, idx, attempt, state, active, body FROM tasks WHERE job_id = ?"
         args: tuple[int, ...] = (job_id,)
         if index is not None:
             sql += " AND idx = ?"
             args = (job_id, index)
         return [
-            _task_record(*row) for row in self._db.execute(sql + " ORDER BY idx, attempt", args)
+            _task_record(*row)
+            for row in self._db.execute(sql + " ORDER BY idx, attempt LIMIT ?", (*args, limit))
         ]
 
     def transitions(self, job_id: int) -> list[Transition]:
@@ -346,7 +350,8 @@ def _job_record(
         pool=PoolRecord(
             range_i=p["range_i"],
             next_value=p["next_value"],
-            retry=tuple((a, b_, c) for a, b_, c in p["retry"]),
+            # Rows of an older journal have no restart count: none were counted then.
+            retry=tuple((t[0], t[1], t[2], t[3] if len(t) > 3 else 0) for t in p["retry"]),
             skipped=tuple(p["skipped"]),
             counts=tuple((s, n) for s, n in p["counts"]),
         ),
@@ -382,6 +387,8 @@ def _task_row(r: TaskRecord) -> tuple[Any, ...]:
         "end_time": r.end_time,
         "ending": r.ending,
         "retries_used": r.retries_used,
+        "restarts_used": r.restarts_used,
+        "reason": r.reason,
         "exit_code": r.exit_code,
         "signal": r.signal,
         "oom": r.oom,
@@ -418,6 +425,8 @@ def _task_record(
         end_time=b["end_time"],
         ending=b["ending"],
         retries_used=b["retries_used"],
+        restarts_used=b.get("restarts_used", 0),
+        reason=b.get("reason"),
         exit_code=b["exit_code"],
         signal=b["signal"],
         oom=b["oom"],

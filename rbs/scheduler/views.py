@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rbs.model import JobManifest, JobState
 from rbs.scheduler.instructions import JobChange, TaskRecord
 from rbs.scheduler.policy import PriorityBreakdown, breakdown
-from rbs.scheduler.state import Job, SchedState
+from rbs.scheduler.state import NO_WORKERS, Job, SchedState
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +91,8 @@ def pending_reason(st: SchedState, job: Job) -> str | None:
     throttle = job.manifest.array.throttle if job.manifest.array is not None else None
     if throttle is not None and len(job.runs) >= throttle:
         return "JobArrayTaskLimit"
+    if not st.live_workers and job.reason not in ("Dependency", "BeginTime"):
+        return NO_WORKERS
     if job.id in st.ready and job.eval_pass != st.pass_no:
         # The last pass did not reach it: its shape was closed (a job of the same shape
         # ahead of it could not start), or the pass stopped before: others come first.
@@ -118,7 +120,7 @@ def job_view(st: SchedState, job: Job) -> JobView:
         queue=m.queue,
         state=job.state,
         reason=pending_reason(st, job),
-        priority=breakdown(st.config, job, st.now),
+        priority=breakdown(st.config, job, job.end_time or st.now),  # age stops at the end
         manifest=m,
         provenance=job.provenance,
         time_limit=job.time_limit,

@@ -167,8 +167,7 @@ class JobDriver:
                 self._post(Heartbeat(worker_id=wid))
 
     def _ack_results(self, batch: list[tuple[Event, asyncio.Future[Any] | None]]) -> None:
-        """The step that took these exits is journaled: their workers may forget them
-        (until then they keep each result and send it again on a new stream)."""
+        """The step that took these exits is journaled: their workers may forget them."""
         for event, _ in batch:
             if isinstance(event, TaskExited):
                 self.hub.send(event.worker_id, ResultAck(lease_id=event.run.lease_id))
@@ -234,6 +233,7 @@ class JobDriver:
             self.sched, [e for e, _ in batch], now, request_ids=self._request_of
         )
         self._ack_results(batch)
+        self.logs.note_all(instructions, now)  # the scheduler's `Note`s, as sys lines
         if self._journal_error is not None and any(
             isinstance(i, SaveJob | SaveTask | SaveWorker) for i in instructions
         ):

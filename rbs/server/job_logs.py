@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from rbs.model import LogLine
+from rbs.model import LogLine, LogStream
+from rbs.scheduler.instructions import Note
 from rbs.server import log_chunks as lc
 from rbs.server.log_chunks import CHUNK_LINES, CHUNK_RAW
 from rbs.server.log_migrate import migrate_rows
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 MAX_HELD_LOG_LINES = 200_000
 _CACHED = 4096  # jobs (and runs) whose numbering is kept in memory
 _TAILS = 256  # jobs whose last chunk's raw bytes are kept (at most CHUNK_RAW each: 16 MiB)
+# The server's own lines of a run (the scheduler's notes) are numbered from here on, apart
+# from the worker's, so neither side's lines are ever taken for a re-sent one of the other.
+NOTE_SEQ_BASE = 1 << 30
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -363,6 +367,29 @@ class JobLogs:
         if not blocks:
             return b"", None
         return b"".join(log_columns_payload(*b) for b in blocks), blocks[-1][0][-1]
+
+    def note_all(self, instructions: Iterable[object], now: float) -> None:
+        """Store the scheduler's `Note`s as `sys` lines of the attempt each is about.
+
+        Written after the step's journal commit; a note that cannot be stored (a full
+        disk) is logged and dropped, never holding up the scheduler."""
+        for ins in instructions:
+            if not isinstance(ins, Note):
+                continue
+            key = (-1 if ins.index is None else ins.index, ins.attempt, 0)
+            high = max((hi for _, hi in self._stored(ins.job_id, key)), default=0)
+            line = LogLine(
+                seq=max(high, NOTE_SEQ_BASE) + 1,
+                time=now,
+                stream=LogStream.SYS,
+                text=ins.text,
+                task=ins.index,
+                attempt=ins.attempt,
+            )
+            try:
+                self.append(ins.job_id, [line])
+            except (sqlite3.Error, OSError) as e:
+                log.warning("job %d: note not stored (%s): %s", ins.job_id, e, ins.text)
 
     def wake(self, job_id: int) -> None:
         ev = self._waiters.pop(job_id, None)

@@ -46,7 +46,8 @@ def record_view(
         priority=PriorityBreakdown(
             base=m.priority,
             queue_weight=queue.priority_weight if queue else 0,
-            age_bonus=age_bonus(config, rec.eligible_time, now),
+            # An ended job's age stops at its end.
+            age_bonus=age_bonus(config, rec.eligible_time, rec.end_time or now),
         ),
         manifest=m,
         provenance=rec.provenance,

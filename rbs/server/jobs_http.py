@@ -67,6 +67,7 @@ from rbs.wire.errors import (
 log = logging.getLogger(__name__)
 
 MAX_BODY = 64 << 20
+SHOWN_ATTEMPTS = 200  # attempts a job's show and wait list (a large array has many more)
 
 # The job driver's refusals name their own code (INVALID_ARGUMENT, NOT_FOUND, INTERNAL).
 register_http_error(JobRequestError)
@@ -197,7 +198,13 @@ class JobsApi:
 
     async def show(self, request: web.Request) -> web.Response:
         ref = _task(request.match_info["id"])
-        return web.json_response(jobs_api.job_doc(self.driver.view(ref.job_id)))
+        return web.json_response(self._job_doc(ref.job_id))
+
+    def _job_doc(self, job_id: int) -> dict[str, Any]:
+        """A job with its attempts (the first SHOWN_ATTEMPTS of an array's) from the journal."""
+        view = self.driver.view(job_id)
+        history = self.driver.store.task_history(job_id, limit=SHOWN_ATTEMPTS)
+        return jobs_api.job_doc(view, history)
 
     async def wait(self, request: web.Request) -> web.Response:
         ref = _task(request.match_info["id"])
@@ -208,7 +215,7 @@ class JobsApi:
             if left <= 0:
                 break
             await self.driver.logs.wait(ref.job_id, min(left, 1.0))
-        return web.json_response(jobs_api.job_doc(self.driver.view(ref.job_id)))
+        return web.json_response(self._job_doc(ref.job_id))
 
     async def cancel(self, request: web.Request) -> web.Response:
         pairs = req.cancel_request(await self._json(request))

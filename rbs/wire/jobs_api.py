@@ -69,6 +69,20 @@ if TYPE_CHECKING:
         @property
         def nodes(self) -> Sequence[NodeFacts]: ...
 
+    class AttemptFacts(RunFacts, Protocol):
+        """One attempt of a task from the journal (the scheduler's TaskRecord)."""
+
+        @property
+        def start_time(self) -> float: ...
+        @property
+        def end_time(self) -> float | None: ...
+        @property
+        def exit_code(self) -> int | None: ...
+        @property
+        def signal(self) -> int | None: ...
+        @property
+        def reason(self) -> str | None: ...
+
     class JobFacts(Protocol):
         """What `job_doc` reads: the scheduler's JobView has all of it."""
 
@@ -155,8 +169,9 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- server: facts -> documents
 
 
-def job_doc(v: JobFacts) -> dict[str, Any]:
-    """One job, as `show`, `wait` and every item of `list` answer it."""
+def job_doc(v: JobFacts, history: Sequence[AttemptFacts] = ()) -> dict[str, Any]:
+    """One job, as `show`, `wait` and every item of `list` answer it; `history` (every
+    attempt, from the journal) is filled by `show` and `wait` only."""
     from rbs.units import format_cpu, format_duration, format_size
     from rbs.wire.manifest import manifest_to_dict
 
@@ -202,6 +217,20 @@ def job_doc(v: JobFacts) -> dict[str, Any]:
                 "gpus": [list(n.gpus) for n in r.nodes],
             }
             for r in v.runs
+        ],
+        "history": [
+            {
+                "task": a.index,
+                "attempt": a.attempt,
+                "state": a.state.value,
+                "reason": a.reason,
+                "workers": [n.worker_id for n in a.nodes],
+                "start_time": a.start_time,
+                "end_time": a.end_time,
+                "exit_code": a.exit_code,
+                "signal": a.signal,
+            }
+            for a in history
         ],
         "exit_code": v.exit_code,
         "signal": v.signal,

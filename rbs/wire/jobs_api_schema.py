@@ -66,6 +66,7 @@ _MANIFEST = _obj(
         "max_nodes": _null(_INT),
         "max_retries": _INT,
         "requeue": _BOOL,
+        "restarts": _INT,
         "checkpoint_dir": _null(_STR),
         "env": _map(_STR),
         "outputs": _list(_STR),
@@ -73,6 +74,7 @@ _MANIFEST = _obj(
         "array": _null(_STR),
         "dependencies": _list(_STR),
         "begin_time": _null(_NUM),
+        "deadline": _null(_NUM),
     }
 )
 # Container jobs only: a manifest carries them when it names an image.
@@ -111,6 +113,21 @@ _JOB = _obj(
                     "state": _STATE,
                     "workers": _list(_STR),
                     "gpus": _list(_list(_STR)),
+                }
+            )
+        ),
+        "history": _list(
+            _obj(
+                {
+                    "task": _null(_INT),
+                    "attempt": _INT,
+                    "state": _STATE,
+                    "reason": _null(_STR),
+                    "workers": _list(_STR),
+                    "start_time": _NUM,
+                    "end_time": _null(_NUM),
+                    "exit_code": _null(_INT),
+                    "signal": _null(_INT),
                 }
             )
         ),
@@ -248,6 +265,7 @@ _MANIFEST_IN: dict[str, Any] = {
         "max_nodes": _null(_INT),
         "max_retries": _null(_INT),
         "requeue": _null(_BOOL),
+        "restarts": _null(_INT),
         "checkpoint_dir": _null(_STR),
         "env": {"type": ["object", "array", "null"], "additionalProperties": _STR, "items": _STR},
         "outputs": _null(_list(_STR)),
@@ -255,6 +273,7 @@ _MANIFEST_IN: dict[str, Any] = {
         "array": _null(_STR),
         "dependencies": {"type": ["array", "string", "null"], "items": _STR},
         "begin_time": _null(_NUM),
+        "deadline": _null(_NUM),
         "container": _null(_STR),
         "network": _null(_STR),
     },

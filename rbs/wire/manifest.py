@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ PROVENANCE_FIELDS = (
     "max_nodes",
     "max_retries",
     "requeue",
+    "restarts",
     "checkpoint_dir",
     "env",
     "outputs",
@@ -45,6 +47,7 @@ PROVENANCE_FIELDS = (
     "array",
     "dependencies",
     "begin_time",
+    "deadline",
 )
 DEFAULT_SOURCE = "default"
 # Container jobs only (and so absent from other manifests, which read as before).
@@ -77,6 +80,7 @@ def manifest_to_dict(m: JobManifest) -> dict[str, Any]:
         "max_nodes": m.max_nodes,
         "max_retries": m.max_retries,
         "requeue": m.requeue,
+        "restarts": m.restarts,
         "checkpoint_dir": m.checkpoint_dir,
         "env": dict(m.env),
         "outputs": list(m.outputs),
@@ -84,6 +88,7 @@ def manifest_to_dict(m: JobManifest) -> dict[str, Any]:
         "array": str(m.array) if m.array is not None else None,
         "dependencies": [str(d) for d in m.dependencies],
         "begin_time": m.begin_time,
+        "deadline": m.deadline,
     }
 
 
@@ -133,7 +138,7 @@ def manifest_from_dict(data: Any) -> JobManifest:
             raise SpecError(
                 "manifest input_root", data["input_root"], str(e), "FN:HASH/SIZE"
             ) from None
-    for key in ("priority", "nodes", "max_retries"):
+    for key in ("priority", "nodes", "max_retries", "restarts"):
         if data.get(key) is not None:
             kw[key] = specs.parse_count(_typed(data, key, int), f"manifest {key}", minimum=-(2**31))
     for key in ("min_nodes", "max_nodes"):
@@ -146,6 +151,8 @@ def manifest_from_dict(data: Any) -> JobManifest:
         kw["time_limit"] = units.parse_duration(data["time_limit"], "manifest time_limit")
     if data.get("begin_time") is not None:
         kw["begin_time"] = float(_typed(data, "begin_time", (int, float)))
+    if data.get("deadline") is not None:
+        kw["deadline"] = float(_typed(data, "deadline", (int, float)))
     if data.get("array") is not None:
         kw["array"] = specs.parse_array(_typed(data, "array", str), "manifest array")
     deps = data.get("dependencies") or []
@@ -228,6 +235,15 @@ def provenance_for(m: JobManifest, source: str) -> dict[str, str]:
     return out
 
 
+def _given(value: Any, problem: str) -> str:
+    """The value of a flag an error is about: of a repeated flag, the item it names."""
+    if isinstance(value, list | tuple):
+        words = problem.split()
+        named = [v for v in value if isinstance(v, str) and v.partition("=")[0] in words]
+        return named[0] if named else " ".join(str(v) for v in value)
+    return "" if value is None else str(value)
+
+
 def apply_flags(
     base: JobManifest | None,
     provenance: Mapping[str, str] | None,
@@ -276,6 +292,8 @@ def apply_flags(
         "--array": ("array", specs.parse_array),
         "--nodes": ("nodes", lambda v: specs.parse_count(v, "--nodes", 1)),
         "--max-retries": ("max_retries", lambda v: specs.parse_count(v, "--max-retries")),
+        "--restarts": ("restarts", lambda v: specs.parse_count(v, "--restarts")),
+        "--deadline": ("deadline", lambda v: units.parse_when(v, "--deadline", time.time())),
         "--checkpoint-dir": ("checkpoint_dir", lambda v: _job_path(v, "--checkpoint-dir")),
         "--begin": ("begin_time", _begin_time),
         "--container": ("container", lambda v: specs.parse_image(v, "--container")),
@@ -348,9 +366,9 @@ def apply_flags(
         flag = next(
             (prov[f] for f in _field_hint(str(e)) if prov[f].startswith("flag")), "job spec"
         )
-        raise SpecError(
-            flag.removeprefix("flag "), "", str(e), "see `rbs job submit --help`"
-        ) from None
+        name = flag.removeprefix("flag ")
+        given = _given(flags.get(name), str(e))
+        raise SpecError(name, given, str(e), "see `rbs job submit --help`") from None
     return check_manifest(manifest, lambda field: _label(prov, field)), prov
 
 
@@ -370,6 +388,8 @@ _FLAG_TYPES: dict[str, tuple[type, ...]] = {
     "--priority": (str, int),
     "--nodes": (str, int),
     "--max-retries": (str, int),
+    "--restarts": (str, int),
+    "--deadline": (str, int, float),
     "--begin": (str, int, float),
     "--gpus": (str, int),
     "--min-nodes": (str, int),

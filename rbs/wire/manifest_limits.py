@@ -62,6 +62,7 @@ def check_manifest(m: JobManifest, label: Label) -> JobManifest:
     check_text(m.queue, label("queue"))
     lim("priority", m.priority, label("priority"))
     lim("max_retries", m.max_retries, label("max_retries"))
+    lim("restarts", m.restarts, label("restarts"))
     if m.time_limit is not None:
         lim("time_limit", m.time_limit, label("time_limit"))
     for field in ("nodes", "min_nodes", "max_nodes"):
@@ -83,6 +84,10 @@ def check_manifest(m: JobManifest, label: Label) -> JobManifest:
     if m.begin_time is not None and not (math.isfinite(m.begin_time) and m.begin_time >= 0):
         raise SpecError(
             label("begin_time"), m.begin_time, "is not a time", "epoch seconds, e.g. 1767225600"
+        )
+    if m.deadline is not None and not (math.isfinite(m.deadline) and m.deadline >= 0):
+        raise SpecError(
+            label("deadline"), m.deadline, "is not a time", "epoch seconds, e.g. 1767225600"
         )
     return m
 

@@ -128,6 +128,10 @@ def manifest_to_proto(m: JobManifest) -> jobs_pb2.JobManifest:
             pb.array.throttle = m.array.throttle
     if m.begin_time is not None:
         pb.begin_time = m.begin_time
+    if m.requeue:
+        pb.restarts = m.restarts
+    if m.deadline is not None:
+        pb.deadline = m.deadline
     if m.container is not None:
         pb.container = m.container
         pb.network = m.network
@@ -202,6 +206,12 @@ def _optional_fields(pb: jobs_pb2.JobManifest) -> dict[str, Any]:
         if not math.isfinite(pb.begin_time):
             raise _bad("begin_time", pb.begin_time, "not a finite epoch time")
         out["begin_time"] = pb.begin_time
+    if pb.HasField("restarts"):
+        out["restarts"] = pb.restarts
+    if pb.HasField("deadline"):
+        if not math.isfinite(pb.deadline):
+            raise _bad("deadline", pb.deadline, "not a finite epoch time")
+        out["deadline"] = pb.deadline
     if pb.HasField("container"):
         out["container"] = pb.container
         out["network"] = pb.network or "host"

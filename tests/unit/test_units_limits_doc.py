@@ -12,6 +12,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 RANGES = {
     "priority": ["priority"],
     "max_retries": ["max_retries"],
+    "restarts": ["restarts"],
     "time_limit": ["time_limit"],
     "nodes, min_nodes, max_nodes": ["nodes"],
     "resources.cpu": ["resources.cpu"],

@@ -144,7 +144,7 @@ def test_state_sort_follows_the_state_order_not_the_alphabet(journal: Store) -> 
 
 
 def test_priority_is_the_schedulers_arithmetic(journal: Store) -> None:
-    """base + queue weight + whole age steps since eligible, at most age_max."""
+    """base + queue weight + whole age steps since eligible (until it ended), at most age_max."""
     rows = _walk(journal, JobFilter(states=ALL), "priority", True, 1000)
     for value, job_id, _ in rows:
         rec = journal.job_record(job_id)
@@ -152,7 +152,8 @@ def test_priority_is_the_schedulers_arithmetic(journal: Store) -> None:
         weight = 7 if rec.manifest.queue == "gpu" else 0
         age = 0
         if rec.eligible_time is not None:
-            age = max(0, min(50, int(2000.0 // 10) - int(rec.eligible_time // 10)))
+            until = rec.end_time if rec.end_time is not None else 2000.0
+            age = max(0, min(50, int(until // 10) - int(rec.eligible_time // 10)))
         assert value == rec.manifest.priority + weight + age, job_id
 
 

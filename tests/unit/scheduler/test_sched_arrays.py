@@ -15,10 +15,10 @@ def test_pool_walks_ranges_lazily_and_retries_first() -> None:
     assert pool.total == 6 and pool.pending == 6
     assert [pool.pop()[0] for _ in range(2)] == [0, 2]
     pool.push_retry(0, 2, 1)
-    assert pool.pop() == (0, 2, 1)
+    assert pool.pop() == (0, 2, 1, 0)
     assert pool.cancel_index(20) and not pool.cancel_index(2) and not pool.cancel_index(3)
     assert pool.pending == 3  # 4, 10 and 21; 20 was cancelled before it was reached
-    assert [pool.pop() for _ in range(3)] == [(4, 1, 0), (10, 1, 0), (21, 1, 0)]
+    assert [pool.pop() for _ in range(3)] == [(4, 1, 0, 0), (10, 1, 0, 0), (21, 1, 0, 0)]
     assert pool.pending == 0
     assert pool.counts[JobState.CANCELLED] == 1
 
@@ -34,7 +34,7 @@ def test_pool_record_round_trip() -> None:
     again = TaskPool.from_record(spec, pool.to_record())
     assert again.to_record() == pool.to_record()
     assert again.pending == pool.pending == 90 - 1 + 1
-    assert again.pop() == (3, 2, 0) and again.pop() == (10, 1, 0)
+    assert again.pop() == (3, 2, 0, 0) and again.pop() == (10, 1, 0, 0)
 
 
 def test_array_tasks_get_their_index_and_the_throttle_holds() -> None:

@@ -67,7 +67,7 @@ def test_a_request_no_worker_can_ever_satisfy_is_refused_with_the_largest_worker
     h.up("big", cpus=16, mem_gb=64, gpus=2)
     msg = h.reject(manifest(res=(32, 1, 0)))
     assert "no worker can ever run this job" in msg
-    assert "largest worker is big: cpu 16, memory 64Gi, gpus 2" in msg
+    assert "largest worker is big: cpu 16, memory 64.0 GiB, gpus 2" in msg
     assert "gpus 4" in h.reject(manifest(res=(1, 1, 4)))
     assert "on each of 3 nodes" in h.reject(manifest(res=(1, 1, 1), nodes=3))
 

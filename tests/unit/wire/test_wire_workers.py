@@ -148,6 +148,7 @@ def _full() -> JobManifest:
             Dependency(kind=DepKind.AFTERNOTOK, job_id=1),
         ),
         begin_time=1700000000.25,
+        deadline=1700000100.5,
         container="localhost/img@sha256:abababababababababababababababababababababababababababababababab",
         network="none",
     )

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as build_dot_bazel_dot_remote_dot_execution_dot_v2_dot_remote__execution__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11rbs/v1/jobs.proto\x12\x06rbs.v1\x1a\x36\x62uild/bazel/remote/execution/v2/remote_execution.proto\"\xf9\x05\n\x0bJobManifest\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x03(\t\x12;\n\ninput_root\x18\x04 \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x12Y\n\x1ainput_root_digest_function\x18\x05 \x01(\x0e\x32\x35.build.bazel.remote.execution.v2.DigestFunction.Value\x12\'\n\tresources\x18\x06 \x01(\x0b\x32\x14.rbs.v1.JobResources\x12\r\n\x05queue\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x03\x12\x1f\n\x12time_limit_seconds\x18\t \x01(\x03H\x00\x88\x01\x01\x12\r\n\x05nodes\x18\n \x01(\x03\x12\x0f\n\x07\x65lastic\x18\x0b \x01(\x08\x12\x16\n\tmin_nodes\x18\x0c \x01(\x03H\x01\x88\x01\x01\x12\x16\n\tmax_nodes\x18\r \x01(\x03H\x02\x88\x01\x01\x12\x13\n\x0bmax_retries\x18\x0e \x01(\x03\x12\x0f\n\x07requeue\x18\x0f \x01(\x08\x12\x1b\n\x0e\x63heckpoint_dir\x18\x10 \x01(\tH\x03\x88\x01\x01\x12\x1b\n\x03\x65nv\x18\x11 \x03(\x0b\x32\x0e.rbs.v1.EnvVar\x12\x0f\n\x07outputs\x18\x12 \x03(\t\x12 \n\x05\x61rray\x18\x13 \x01(\x0b\x32\x11.rbs.v1.ArraySpec\x12+\n\x0c\x64\x65pendencies\x18\x14 \x03(\x0b\x32\x15.rbs.v1.JobDependency\x12\x17\n\nbegin_time\x18\x15 \x01(\x01H\x04\x88\x01\x01\x12\x16\n\tcontainer\x18( \x01(\tH\x05\x88\x01\x01\x12\x0f\n\x07network\x18) \x01(\tB\x15\n\x13_time_limit_secondsB\x0c\n\n_min_nodesB\x0c\n\n_max_nodesB\x11\n\x0f_checkpoint_dirB\r\n\x0b_begin_timeB\x0c\n\n_container\"F\n\x0cJobResources\x12\x12\n\ncpu_millis\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x0c\n\x04gpus\x18\x03 \x01(\x03\"%\n\x06\x45nvVar\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"S\n\tArraySpec\x12\"\n\x06ranges\x18\x01 \x03(\x0b\x32\x12.rbs.v1.ArrayRange\x12\x15\n\x08throttle\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x0b\n\t_throttle\"7\n\nArrayRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\x0c\n\x04last\x18\x02 \x01(\x03\x12\x0c\n\x04step\x18\x03 \x01(\x03\"\x92\x01\n\rJobDependency\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.rbs.v1.JobDependency.Kind\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\"G\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x41\x46TEROK\x10\x01\x12\x0c\n\x08\x41\x46TERANY\x10\x02\x12\x0e\n\nAFTERNOTOK\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11rbs/v1/jobs.proto\x12\x06rbs.v1\x1a\x36\x62uild/bazel/remote/execution/v2/remote_execution.proto\"\xd2\x06\n\x0bJobManifest\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x03(\t\x12;\n\ninput_root\x18\x04 \x01(\x0b\x32\'.build.bazel.remote.execution.v2.Digest\x12Y\n\x1ainput_root_digest_function\x18\x05 \x01(\x0e\x32\x35.build.bazel.remote.execution.v2.DigestFunction.Value\x12\'\n\tresources\x18\x06 \x01(\x0b\x32\x14.rbs.v1.JobResources\x12\r\n\x05queue\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x03\x12\x1f\n\x12time_limit_seconds\x18\t \x01(\x03H\x00\x88\x01\x01\x12\r\n\x05nodes\x18\n \x01(\x03\x12\x0f\n\x07\x65lastic\x18\x0b \x01(\x08\x12\x16\n\tmin_nodes\x18\x0c \x01(\x03H\x01\x88\x01\x01\x12\x16\n\tmax_nodes\x18\r \x01(\x03H\x02\x88\x01\x01\x12\x13\n\x0bmax_retries\x18\x0e \x01(\x03\x12\x0f\n\x07requeue\x18\x0f \x01(\x08\x12\x1b\n\x0e\x63heckpoint_dir\x18\x10 \x01(\tH\x03\x88\x01\x01\x12\x1b\n\x03\x65nv\x18\x11 \x03(\x0b\x32\x0e.rbs.v1.EnvVar\x12\x0f\n\x07outputs\x18\x12 \x03(\t\x12 \n\x05\x61rray\x18\x13 \x01(\x0b\x32\x11.rbs.v1.ArraySpec\x12+\n\x0c\x64\x65pendencies\x18\x14 \x03(\x0b\x32\x15.rbs.v1.JobDependency\x12\x17\n\nbegin_time\x18\x15 \x01(\x01H\x04\x88\x01\x01\x12\x15\n\x08restarts\x18\x1e \x01(\x03H\x05\x88\x01\x01\x12\x15\n\x08\x64\x65\x61\x64line\x18\x1f \x01(\x01H\x06\x88\x01\x01\x12\x0f\n\x07secrets\x18\x32 \x03(\t\x12\x16\n\tcontainer\x18( \x01(\tH\x07\x88\x01\x01\x12\x0f\n\x07network\x18) \x01(\tB\x15\n\x13_time_limit_secondsB\x0c\n\n_min_nodesB\x0c\n\n_max_nodesB\x11\n\x0f_checkpoint_dirB\r\n\x0b_begin_timeB\x0b\n\t_restartsB\x0b\n\t_deadlineB\x0c\n\n_container\"F\n\x0cJobResources\x12\x12\n\ncpu_millis\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x0c\n\x04gpus\x18\x03 \x01(\x03\"%\n\x06\x45nvVar\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"S\n\tArraySpec\x12\"\n\x06ranges\x18\x01 \x03(\x0b\x32\x12.rbs.v1.ArrayRange\x12\x15\n\x08throttle\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x0b\n\t_throttle\"7\n\nArrayRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\x0c\n\x04last\x18\x02 \x01(\x03\x12\x0c\n\x04step\x18\x03 \x01(\x03\"\x92\x01\n\rJobDependency\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.rbs.v1.JobDependency.Kind\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\"G\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x41\x46TEROK\x10\x01\x12\x0c\n\x08\x41\x46TERANY\x10\x02\x12\x0e\n\nAFTERNOTOK\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,17 +34,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rbs.v1.jobs_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBMANIFEST']._serialized_start=86
-  _globals['_JOBMANIFEST']._serialized_end=847
-  _globals['_JOBRESOURCES']._serialized_start=849
-  _globals['_JOBRESOURCES']._serialized_end=919
-  _globals['_ENVVAR']._serialized_start=921
-  _globals['_ENVVAR']._serialized_end=958
-  _globals['_ARRAYSPEC']._serialized_start=960
-  _globals['_ARRAYSPEC']._serialized_end=1043
-  _globals['_ARRAYRANGE']._serialized_start=1045
-  _globals['_ARRAYRANGE']._serialized_end=1100
-  _globals['_JOBDEPENDENCY']._serialized_start=1103
-  _globals['_JOBDEPENDENCY']._serialized_end=1249
-  _globals['_JOBDEPENDENCY_KIND']._serialized_start=1178
-  _globals['_JOBDEPENDENCY_KIND']._serialized_end=1249
+  _globals['_JOBMANIFEST']._serialized_end=936
+  _globals['_JOBRESOURCES']._serialized_start=938
+  _globals['_JOBRESOURCES']._serialized_end=1008
+  _globals['_ENVVAR']._serialized_start=1010
+  _globals['_ENVVAR']._serialized_end=1047
+  _globals['_ARRAYSPEC']._serialized_start=1049
+  _globals['_ARRAYSPEC']._serialized_end=1132
+  _globals['_ARRAYRANGE']._serialized_start=1134
+  _globals['_ARRAYRANGE']._serialized_end=1189
+  _globals['_JOBDEPENDENCY']._serialized_start=1192
+  _globals['_JOBDEPENDENCY']._serialized_end=1338
+  _globals['_JOBDEPENDENCY_KIND']._serialized_start=1267
+  _globals['_JOBDEPENDENCY_KIND']._serialized_end=1338
 # @@protoc_insertion_point(module_scope)
