@@ -101,6 +101,12 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
     "the worker's own when podman and runc are installed; or a Docker-compatible socket.",
 )
 @click.option(
+    "--container-cache-size",
+    metavar="SIZE",
+    help="Past SIZE (e.g. 20Gi), remove the least recently used images this worker's container "
+    "jobs ran (never one in use) [default: no cap].",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help='Write {"worker_id": ..., "pid": ...} as JSON here once registered.',
@@ -126,10 +132,12 @@ def worker(
     leave_jobs_running: bool,
     run_uids: str | None,
     containers: str,
+    container_cache_size: str | None,
     ready_file: Path | None,
     log_level: str,
 ) -> None:
     """Run a worker: register with the server and run the build actions it leases."""
+    from rbs.executor.containers import ContainerSettings
     from rbs.executor.runuser import setup as run_users
     from rbs.executor.worker import WorkerConfig, WorkerError
     from rbs.units import parse_size
@@ -153,7 +161,12 @@ def worker(
             reconnect_timeout_s=reconnect_timeout,
             leave_jobs_running=leave_jobs_running,
             run_users=run_users(run_uids, work_dir),
-            containers=containers,
+            containers=ContainerSettings(
+                engine=containers,
+                cache_max_bytes=parse_size(container_cache_size, "--container-cache-size")
+                if container_cache_size
+                else None,
+            ),
             cache_max_bytes=(
                 parse_size(max_cache_size, "--max-cache-size") if max_cache_size else None
             ),

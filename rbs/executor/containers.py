@@ -18,9 +18,11 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
+import logging
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +31,18 @@ from rbs.executor import podman_service
 from rbs.executor.podman_service import EngineError
 from rbs.executor.supervisor_proto import RunSpec
 
+log = logging.getLogger(__name__)
 AUTO, NONE = "auto", "none"
+USAGE_FILE = "images.json"  # in <work-dir>/containers: the images this worker's jobs ran
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerSettings:
+    """A worker's `--containers` (the engine) and `--container-cache-size`."""
+
+    engine: str = AUTO
+    # Past this total, the least recently used images its jobs ran are removed.
+    cache_max_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,17 +58,20 @@ class ImageInfo:
 class ContainerEngine:
     """One worker's engine: reached lazily (the service starts at the first container job)."""
 
-    def __init__(self, work_dir: Path, setting: str) -> None:
+    def __init__(self, work_dir: Path, setting: str, cache_max_bytes: int | None = None) -> None:
         self.work_dir = work_dir
         self.setting = setting  # "auto" / "podman": our own service; "unix://...": given
+        self.cache_max_bytes = cache_max_bytes
+        self._gc_lock = threading.Lock()
         self._url: str | None = None
         self._client: Any = None
         self._lock = threading.Lock()
         self.started_service = False
 
     @classmethod
-    def for_worker(cls, work_dir: Path, setting: str) -> ContainerEngine | None:
+    def for_worker(cls, work_dir: Path, settings: ContainerSettings) -> ContainerEngine | None:
         """The engine `--containers SETTING` names; None for "none" (or no podman with auto)."""
+        setting = settings.engine
         if setting == NONE:
             return None
         if setting == AUTO and not podman_service.installed():
@@ -64,7 +80,7 @@ class ContainerEngine:
             raise ValueError(
                 f"--containers {setting!r}: want auto, podman, none or unix:///PATH/TO/SOCKET"
             )
-        return cls(work_dir, setting)
+        return cls(work_dir, setting, settings.cache_max_bytes)
 
     @property
     def runtime(self) -> str:
@@ -128,6 +144,7 @@ class ContainerEngine:
                 "run this worker without --run-uids to take container jobs"
             )
         info = self.image(image)
+        self._collect(info)
         container = {
             "engine": self.url,
             "runtime": self.runtime,
@@ -158,6 +175,49 @@ class ContainerEngine:
         )
         return dataclasses.replace(spec, argv=argv + spec.argv, container=container), line
 
+    def _collect(self, used: ImageInfo) -> None:
+        """Note the image a run uses; past the cap, remove the least recently used images
+        this worker's jobs ran (never one a container still uses; never others)."""
+        import docker
+
+        path = podman_service.folder(self.work_dir) / USAGE_FILE
+        with self._gc_lock:
+            try:
+                usage: dict[str, Any] = json.loads(path.read_text())
+            except (OSError, ValueError):
+                usage = {}
+            usage[used.image_id] = {"ref": used.ref, "size": used.size_bytes, "used": time.time()}
+            total = sum(int(u["size"]) for u in usage.values())
+            cap = self.cache_max_bytes
+            if cap is not None and total > cap:
+                client = self.client()
+                busy = {c.attrs.get("Image") for c in client.containers.list(all=True)}
+                for image_id, u in sorted(usage.items(), key=lambda kv: kv[1]["used"]):
+                    if total <= cap:
+                        break
+                    if image_id == used.image_id or image_id in busy:
+                        continue
+                    try:
+                        client.images.remove(image_id, force=False)
+                    except docker.errors.ImageNotFound:
+                        pass
+                    except docker.errors.APIError as e:
+                        log.info("keeping image %s: %s", u["ref"], e.explanation or e)
+                        continue
+                    log.info(
+                        "removed image %s (%s, %d bytes): this worker's images passed %d bytes",
+                        u["ref"],
+                        image_id,
+                        u["size"],
+                        cap,
+                    )
+                    total -= int(u["size"])
+                    del usage[image_id]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(usage, sort_keys=True))
+            os.replace(tmp, path)
+
     def stop(self) -> None:
         """End the podman service this worker started."""
         if self.started_service:
@@ -167,9 +227,10 @@ class ContainerEngine:
 S = TypeVar("S")
 
 
-def runtimes_for(setting: str) -> tuple[str, ...]:
+def runtimes_for(settings: ContainerSettings) -> tuple[str, ...]:
     """What a worker with `--containers SETTING` advertises: the scheduler places
     container jobs only on workers that name a runtime."""
+    setting = settings.engine
     if setting == NONE or (setting == AUTO and not podman_service.installed()):
         return ()
     return ("docker",) if setting.startswith("unix://") else ("podman",)

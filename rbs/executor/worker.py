@@ -24,7 +24,7 @@ import re
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from rbs.cas.store import CHUNK
 from rbs.cas.twolevel import TwoLevelStore
 from rbs.executor.action_runner import ActionExecutor, ActionOutcome
 from rbs.executor.cgroups import detect
-from rbs.executor.containers import runtimes_for, with_containers
+from rbs.executor.containers import ContainerSettings, runtimes_for, with_containers
 from rbs.executor.jobhost import JobHost, cgroup_scope
 from rbs.executor.lease import WorkerLease
 from rbs.executor.machine import default_address, machine_resources
@@ -106,7 +106,7 @@ class WorkerConfig:
     # On stop, leave the job runs to the run supervisor for the next daemon to re-attach.
     leave_jobs_running: bool = False
     run_users: RunUsers | None = None  # --run-uids: each run as a uid of its own
-    containers: str = "auto"  # --containers: auto, podman, none, or an engine's unix:// URL
+    containers: ContainerSettings = field(default_factory=ContainerSettings)  # --containers
 
     def __post_init__(self) -> None:
         parse_target(self.server)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rbs.client.jobs import JobInfo, JobsClient
+from rbs.executor.containers import ContainerSettings
 from rbs.executor.worker import Worker, WorkerConfig
 from rbs.scheduler.config import SchedulerConfig
 from rbs.server.cluster import RunningCluster, start_cluster
@@ -102,6 +103,7 @@ class JobCluster:
         name: str = "",
         gpus: tuple[str, ...] = (),
         containers: str = "auto",
+        container_cache: int | None = None,
     ) -> Worker:
         async def make() -> tuple[Worker, asyncio.Future[None]]:
             w = Worker(
@@ -115,7 +117,9 @@ class JobCluster:
                     build_slots=1,
                     job_slots=job_slots,
                     reconnect_timeout_s=60,
-                    containers=containers,
+                    containers=ContainerSettings(
+                        engine=containers, cache_max_bytes=container_cache
+                    ),
                 )
             )
             return w, asyncio.ensure_future(w.run())
