@@ -3,8 +3,8 @@
 `find_missing` of 100,000 digests costs 100,000 stat() calls without it (0.3-0.6 s
 here). With `DiskStore(index=True)` the store keeps, per shard folder
 (`blobs/<fn>/<hh>/`), a bitmap of the names in it: bit `int(name[2:10], 16) % bits`
-is set for every blob name there, with at least 32 bits per name (4 bytes per blob:
-4 MB for a million). The bitmap is filled by one listdir the first time a lookup needs
+is set for every blob name there, with 32 to 128 bits per name (8 MB for a million
+blobs as first read). The bitmap is filled by one listdir the first time a lookup needs
 that shard, and updated by every write of this process. The store also remembers the
 blobs it found or stored within the last minute (`TOUCH_INTERVAL`, or the lease if
 shorter), with their size.
