@@ -382,7 +382,9 @@ def outputs(server: str | None, token_file: str | None, job_id: str, dest: str |
     """Download a job's recorded outputs."""
 
     def run() -> int:
-        with client_for(server, token_file) as client:
+        from rbs.cli.progress import transfer_bar
+
+        with client_for(server, token_file) as client, transfer_bar("fetching outputs"):
             where = client.outputs(job_id, dest)
         print(where)
         return 0

@@ -11,6 +11,7 @@ from rbs.cas.digests import digest_from_pb
 from rbs.cas.errors import CasError, DigestMismatch
 from rbs.cas.memory import MemoryStore
 from rbs.cas.tree import materialize, read_directory
+from rbs.client import transfer
 from rbs.client.errors import JobError
 from rbs.client.http import ConnectError, HttpConnection, HttpError
 from rbs.model import Digest
@@ -19,7 +20,9 @@ from rbs.wire.jobs_api_requests import blob_path
 
 def _get(conn: HttpConnection, d: Digest) -> bytes:
     try:
-        return conn.request("GET", blob_path(d)).body
+        data = conn.request("GET", blob_path(d)).body
+        transfer.advance(len(data))
+        return data
     except HttpError as e:
         raise JobError(f"cannot download blob {d}: {e.message}") from None
     except ConnectError as e:
@@ -49,6 +52,7 @@ def fetch_tree(conn: HttpConnection, root: Digest, dest: Path) -> None:
     os.rmdir(dest)
     store = MemoryStore()
     stack = [root]
+    transfer.expect(root.size)
     while stack:
         d = stack.pop()
         _put(store, _get(conn, d), d)
@@ -56,11 +60,16 @@ def fetch_tree(conn: HttpConnection, root: Digest, dest: Path) -> None:
             msg = read_directory(store, d)
         except CasError as e:
             raise JobError(f"output tree {root}: {e}") from None
-        stack.extend(digest_from_pb(c.digest, root.function) for c in msg.directories)
-        for f in msg.files:
-            fd = digest_from_pb(f.digest, root.function)
+        children = [digest_from_pb(c.digest, root.function) for c in msg.directories]
+        files = [digest_from_pb(f.digest, root.function) for f in msg.files]
+        # A progress bar learns the tree's size as its folders are read.
+        transfer.expect(sum(c.size for c in children) + sum(f.size for f in files))
+        stack.extend(children)
+        for fd in files:
             if fd.size and not store.contains(fd):
                 _put(store, _get(conn, fd), fd)
+            else:
+                transfer.advance(fd.size)  # a file fetched already (equal content)
     tmp = dest.with_name(f".{dest.name}.rbs-tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
 
+SEND_SLICE = 8 << 20  # bytes per sendfile(2) call of an upload, between progress reports
+
+
 def login_name() -> str:
     """This process's login name (printable ASCII, or "unknown"), as the client claims it."""
     import os
@@ -222,6 +225,8 @@ class HttpConnection:
 
     def upload_file(self, path: str, file_path: str, size: int) -> Response:
         """PUT a file as the body with sendfile(2): constant memory for any size."""
+        from rbs.client import transfer
+
         head = [
             f"PUT {path} HTTP/1.1",
             f"Host: {self.host}:{self.port}",
@@ -234,7 +239,10 @@ class HttpConnection:
         try:
             sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
             with open(file_path, "rb") as f:
-                sock.sendfile(f)
+                sent = 0  # in slices, so a progress bar moves during a large file
+                while sent < size and (n := sock.sendfile(f, sent, min(SEND_SLICE, size - sent))):
+                    sent += n
+                    transfer.advance(n)
             status, headers = self._read_head()
             payload = b"".join(self._chunks(headers))
         except (OSError, ConnectionError) as e:

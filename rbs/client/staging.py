@@ -20,6 +20,7 @@ from rbs.cas.inputs import select_inputs
 from rbs.cas.memory import MemoryStore
 from rbs.cas.store import hash_file
 from rbs.cas.tree import TreeEntry, build_tree, read_directory
+from rbs.client import transfer
 from rbs.client.http import HttpConnection
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 from rbs.wire import jobs_api_requests as req
@@ -186,7 +187,10 @@ def upload(conn: HttpConnection, blobs: dict[Digest, bytes | Path]) -> int:
         nonlocal batch, batch_size
         if batch:
             conn.request("POST", req.BATCH_PATH, data=req.batch_body(batch))
+            transfer.advance(batch_size)
             batch, batch_size = [], 0
+
+    transfer.expect(sum(d.size for d in blobs))
 
     for d, src in blobs.items():
         if d.size > SMALL_BLOB and isinstance(src, Path):
