@@ -299,6 +299,10 @@ class JobManifest:
     outputs: tuple[str, ...] = ()
     # Names of the job's secrets (values travel apart: rbs.server.secrets).
     secrets: tuple[str, ...] = ()
+    # Joblet's resource flags: cores to pin to (cpuset), read and write bytes/s on the
+    # device that holds the job's folder (each); () and None: not limited.
+    cpu_cores: tuple[int, ...] = ()
+    max_iobps: int | None = None
     array: ArraySpec | None = None
     dependencies: tuple[Dependency, ...] = ()
     begin_time: float | None = None  # epoch seconds; PENDING (BeginTime) until then
@@ -354,6 +358,7 @@ class JobManifest:
                 )
         object.__setattr__(self, "env", env)
         object.__setattr__(self, "secrets", _secret_names(self.secrets, env))
+        object.__setattr__(self, "cpu_cores", tuple(sorted(set(self.cpu_cores))))
         object.__setattr__(
             self,
             "dependencies",

@@ -326,6 +326,8 @@ LIMITS: dict[str, Limit] = {
     "command.args": Limit("a number of arguments", 1, 65_536, unit=" arguments"),
     "command.size": Limit("a size (each argument plus 1)", 1, 256 << 10, unit=" bytes"),
     "outputs": Limit("a number of paths", 0, 1_000, unit=" paths"),
+    "max_iobps": Limit("a rate in bytes", 4096, 1 << 50, format_size, unit="/s"),
+    "cpu_cores": Limit("a core id", 0, 4_095),
     "name": Limit("a length", 1, 256, unit=" characters"),
     "queue": Limit("a length", 1, 64, unit=" characters"),
     "path": Limit("a length", 1, 4_096, unit=" characters"),

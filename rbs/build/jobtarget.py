@@ -78,6 +78,23 @@ def _rel_dir(attr: str, value: str) -> str:
     return norm
 
 
+def _pinning(cpu_cores: str, max_iobps: str) -> dict[str, Any]:
+    """The `cpu_cores` and `max_iobps` attributes as manifest fields."""
+    from rbs.units import SpecError, parse_size
+    from rbs.wire.cores import parse_cores
+
+    out: dict[str, Any] = {}
+    try:
+        if cpu_cores:
+            out["cpu_cores"] = parse_cores(cpu_cores, "attribute 'cpu_cores'")
+        if max_iobps:
+            out["max_iobps"] = parse_size(max_iobps, "attribute 'max_iobps'", minimum=1)
+    except SpecError as e:
+        attr = "cpu_cores" if "cpu_cores" in e.flag else "max_iobps"
+        raise _bad(attr, e.value, e.problem, f"write e.g. {e.accepted}") from None
+    return out
+
+
 def job_spec(
     *,
     kind: str,
@@ -99,6 +116,8 @@ def job_spec(
     data_paths: Sequence[str],
     secrets: Sequence[str] = (),
     container: str = "",
+    cpu_cores: str = "",
+    max_iobps: str = "",
 ) -> dict[str, Any]:
     """Check a job rule's attribute values; return the manifest's fields as JSON values.
 
@@ -194,6 +213,7 @@ def job_spec(
             outputs=outs,
             secrets=tuple(secrets),
             container=image,
+            **_pinning(cpu_cores, max_iobps),
         )
     except ValueError as e:
         # Reserved variable names and the like: JobManifest's message names the value.

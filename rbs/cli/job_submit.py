@@ -75,6 +75,8 @@ SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--env", LIST, "KEY[=VALUE]", "Set (or copy from here) a variable; repeatable."),
     ("--inputs", LIST, "PATH|DEST=SRC", "Stage into the working directory; repeatable."),
     ("--outputs", LIST, "PATH", "Record PATH into the CAS when the job ends; repeatable."),
+    ("--cpu-cores", TEXT, "0-3,6", "Pin the job to these core ids of its worker (cpuset)."),
+    ("--max-iobps", TEXT, "RATE", "Cap reads and writes, each, to RATE bytes/s (10M, 50Mi)."),
     (
         "--secret",
         LIST,
@@ -306,6 +308,8 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         "nodes": params["nodes"],
         "max_retries": params["max_retries"],
         "checkpoint_dir": params["checkpoint_dir"],
+        "cpu_cores": params["cpu_cores"],
+        "max_iobps": params["max_iobps"],
         "begin": _begin(params),
         "container": params["container"],
         "network": params["network"],
@@ -316,10 +320,7 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
     secret_names, secrets = read_secrets(params["secret"], named)
     flags["secret"] = secret_names or None
     flags = {k: v for k, v in flags.items() if v is not None}
-    from rbs.cli.progress import transfer_bar
-
-    staging = transfer_bar("staging inputs")  # drawn for a big upload, on a terminal
-    with client_for(params["server"], params["token_file"]) as client, staging:
+    with client_for(params["server"], params["token_file"]) as client:
         if manifest is not None:
             from rbs.client.targets import check_queue, stage_manifest_inputs
 

@@ -43,6 +43,9 @@ class Limits:
     cpus: float | None = None
     memory_bytes: int | None = None
     pids_max: int | None = None
+    cpu_set: str | None = None  # cpuset.cpus, e.g. "0-3,6" (rbs.executor.cgroup_pin)
+    io_bps: int | None = None  # read and write bytes/s each, on `io_device` ("MAJ:MIN")
+    io_device: str | None = None
 
     def __post_init__(self) -> None:
         if self.cpus is not None and not self.cpus > 0:
@@ -348,7 +351,11 @@ def unlimited_notes(limits: Limits, have: set[str], why: str = "") -> tuple[str,
         "memory": limits.memory_bytes is not None,
         "cpu": limits.cpus is not None,
         "pids": limits.pids_max is not None,
+        "cpuset": limits.cpu_set is not None,
+        "blkio": limits.io_bps is not None and limits.io_device is not None,
     }
+    if "io" in have:  # v2's name for blkio
+        have = have | {"blkio"}
     return tuple(
         f"{c} limit not enforced: {why or f'no {c} controller available'}"
         for c, wanted in asked.items()

@@ -1,4 +1,5 @@
-"""cgroup v1: one group per job in each controller's hierarchy (memory, cpu, cpuacct, pids).
+"""cgroup v1: one group per job in each controller's hierarchy (memory, cpu, cpuacct, pids;
+cpuset and blkio only for a job that pins cores or caps its I/O: rbs.executor.cgroup_pin).
 
 Each hierarchy's group sits under the worker's own group in that hierarchy (for memory
 on these hosts that is e.g. /process_api/<id>), so a job's limits nest inside the
@@ -13,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from rbs.executor import cgroup_pin
 from rbs.executor.cgroup_base import (
     CgroupBackend,
     CgroupError,
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 
 CPU_PERIOD_US = 100_000
 KERNEL_PERIOD_US = 100_000  # cpu.cfs_period_us of a new group
-CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
+CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "cpuset", "blkio")
 
 
 class V1Cgroup(JobCgroup):
@@ -105,7 +107,8 @@ class V1Backend(CgroupBackend):
 
     def create(self, key: str, limits: Limits) -> V1Cgroup:
         name = group_name(key)
-        groups = {c: base / name for c, base in self.bases.items()}
+        skip = cgroup_pin.optional_controllers(limits)
+        groups = {c: base / name for c, base in self.bases.items() if c not in skip}
         made: list[Path] = []
         try:
             for path in sorted(set(groups.values())):
@@ -136,3 +139,4 @@ def configure_v1(fs: CgroupFs, groups: Mapping[str, Path], limits: Limits) -> No
     pids = groups.get("pids")
     if limits.pids_max is not None and pids is not None:
         fs.write(pids / "pids.max", str(limits.pids_max))
+    cgroup_pin.write_v1(fs, dict(groups), limits)

@@ -13,6 +13,7 @@ import os
 import signal
 from pathlib import Path
 
+from rbs.executor import cgroup_pin
 from rbs.executor.cgroup_base import (
     CgroupBackend,
     CgroupError,
@@ -33,7 +34,7 @@ from rbs.executor.cgroup_base import (
 log = logging.getLogger(__name__)
 
 CPU_PERIOD_US = 100_000
-WANTED = ("cpu", "memory", "pids")
+WANTED = ("cpu", "memory", "pids", "cpuset", "io")
 # The leaf a worker moves itself into so that its own group may delegate controllers
 # ("no internal processes": a group with controllers enabled for its children holds no
 # processes itself).
@@ -142,6 +143,7 @@ def configure_v2(fs: CgroupFs, path: Path, limits: Limits, controllers: frozense
         fs.write(path / "cpu.max", f"{limits.cpu_quota_us(CPU_PERIOD_US)} {CPU_PERIOD_US}")
     if limits.pids_max is not None and "pids" in controllers:
         fs.write(path / "pids.max", str(limits.pids_max))
+    cgroup_pin.write_v2(fs, path, limits, controllers)
 
 
 def _enable(fs: CgroupFs, group: Path, want: set[str]) -> None:

@@ -280,7 +280,15 @@ def run_spec(
         max_line_chars=spec.max_line_chars,
         owner=run.owner(),
         users=as_spec(users, run.dirs.tmp) if users is not None else None,
+        **pinning(run.lease.manifest),
     )
+
+
+def pinning(m: JobManifest | None) -> dict[str, Any]:
+    """A manifest's --cpu-cores and --max-iobps as RunSpec fields."""
+    if m is None:
+        return {}
+    return {"cpu_set": m.cpu_cores or None, "io_bps": m.max_iobps}
 
 
 def finish(run: LeaseRun, store: BlobStore, exited: Exited, sink: LogSink) -> RunResult:

@@ -82,13 +82,16 @@ class RunSpec:
     container: Mapping[str, Any] | None = None
     # Reserved, refused when set (see the class docstring).
     pty: bool = False
+    # Pinned cores (cpuset) and the read and write bytes/s cap on the device of `cwd`
+    # (rbs.executor.runlimits).
     cpu_set: tuple[int, ...] | None = None
+    io_bps: int | None = None
     # Added to `env` at spawn only, and masked in the log (rbs.executor.jobsecrets).
     secrets: Mapping[str, str] | None = None
 
     def unsupported(self) -> list[str]:
         """The reserved fields this spec sets."""
-        names = ("uid", "pty", "cpu_set")  # uid: the supervisor's
+        names = ("uid", "pty")  # uid: the supervisor's
         return [n for n in names if getattr(self, n) not in (None, False)]
 
 

@@ -27,12 +27,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rbs.executor import jobsecrets, procs, runuser
-from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, Limits, NullCgroup
+from rbs.executor import jobsecrets, procs, runlimits, runuser
+from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, NullCgroup
 from rbs.executor.joblog import LineSplitter, LogSpool
 from rbs.executor.supervisor_proto import Exited, RunSpec
 from rbs.model import LogLine, LogStream
-from rbs.units import format_duration
 
 RETRY_S = 0.5  # how often a run whose spool is full tries again
 SHIM = 'cd -- "$0" || exit 125; read -r _ || exit 125; exec </dev/null; exec "$@"'
@@ -176,18 +175,20 @@ class SupervisedRun:
         if problem is not None:
             self._fail(problem)
             return
+        pin_notes: list[str] = []
         try:
-            limits = Limits(cpus=spec.cpus, memory_bytes=spec.memory_bytes, pids_max=spec.pids_max)
+            limits, pin_notes = runlimits.limits_for(spec)
             self.cgroup = self._backend.create(spec.key, limits)
+            runlimits.track(spec, self.cgroup)
         except (CgroupError, ValueError) as e:
             self.cgroup = NullCgroup(f"creating it failed: {e}")
         if isinstance(self.cgroup, NullCgroup):
             self._sys(f"running without a cgroup: {self.cgroup.reason}")
         else:
             self._sys(f"cgroup: {self.cgroup.description}")
-        for note in self.cgroup.notes:
+        for note in (*self.cgroup.notes, *pin_notes):
             self._sys(note)
-        self._sys(_limits_line(spec))
+        self._sys(runlimits.limits_line(spec))
         error = self.user.take(self._sys)
         if error is None and self.user.uid is not None:  # in ListRuns' spec from here on
             self.spec = dataclasses.replace(spec, uid=self.user.uid)
@@ -452,6 +453,7 @@ class SupervisedRun:
         )
 
     def _remove_cgroup(self) -> None:
+        runlimits.release(self.spec.lease_id)
         try:
             self.cgroup.remove()
         except CgroupError as e:
@@ -483,17 +485,3 @@ def _signame(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return f"signal {sig}"
-
-
-def _limits_line(spec: RunSpec) -> str:
-    parts = [
-        f"cpus {spec.cpus:g}" if spec.cpus is not None else "cpus unlimited",
-        f"memory {spec.memory_bytes} bytes" if spec.memory_bytes else "memory unlimited",
-        f"time limit {format_duration(int(spec.time_limit_s))}"
-        if spec.time_limit_s
-        else "no time limit",
-        f"grace {spec.grace_s:g}s",
-    ]
-    if spec.gpus is not None:
-        parts.append(f"GPUs {','.join(spec.gpus) or 'none'}")
-    return "limits: " + ", ".join(parts)

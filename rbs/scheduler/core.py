@@ -43,6 +43,7 @@ from rbs.scheduler.instructions import (
     WorkerRecord,
 )
 from rbs.scheduler.invariants import check_invariants
+from rbs.scheduler.pinning import refusal
 from rbs.scheduler.placement import schedule
 from rbs.scheduler.runtimes import refuse_without_runtime
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
@@ -175,6 +176,9 @@ class Scheduler:
                 f"{format_duration(queue.max_time_limit)}; ask for less or use another queue"
             )
         refuse_without_runtime(m, st.workers.values())
+        pin_refusal = refusal(m, st.workers.values())
+        if pin_refusal is not None:
+            raise SchedulerError(pin_refusal)
         if m.array is not None and m.array.size > cfg.max_array_size:
             raise SchedulerError(
                 f"--array {m.array}: {m.array.size} tasks exceed the limit of {cfg.max_array_size}"

@@ -25,6 +25,7 @@ import math
 
 from rbs.model import Resources
 from rbs.scheduler.lifecycle import start_run
+from rbs.scheduler.pinning import cores_free
 from rbs.scheduler.policy import Shape
 from rbs.scheduler.releases import STOPPING
 from rbs.scheduler.state import Job, SchedState
@@ -94,6 +95,7 @@ class Pass:
                 # A container job holds no reservation: the calendar knows no runtimes.
                 depth_left = self.reservations < st.config.hold_depth
                 depth_left = depth_left and job.manifest.container is None
+                depth_left = depth_left and not job.manifest.cpu_cores  # nor does pinning
                 if reason == "Resources" and depth_left and self.reserve(job):
                     self.reservations += 1
                 if job.reason != reason:
@@ -127,11 +129,13 @@ class Pass:
             placement = place(st, job, self.reserved)
             if placement is None:
                 room = bool(self.reserved) and place(st, job, {}) is not None
-                if single and not room and job.manifest.container is None:
+                pinned = bool(job.manifest.cpu_cores)  # says nothing about unpinned jobs
+                if single and not room and job.manifest.container is None and not pinned:
                     self.no_room.add(req)
                     self.no_room_min.append(req)
                 why = self.fail(job, room)
-                self.failed_min.append((job.shape, why))
+                if not pinned:
+                    self.failed_min.append((job.shape, why))
                 self.nothing_fits = self._all_fail()
                 return why
             start_run(st, job, placement)
@@ -320,9 +324,12 @@ def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCa
     fits: list[WorkerCapacity] = []
     head: WorkerCapacity | None = None
     container = job.manifest.container is not None
+    cores = job.manifest.cpu_cores
     for w in st.free.fitting(res):
         if container and not w.containers:
             continue  # only a worker with a container runtime runs an image
+        if cores and not cores_free(w, cores, st.jobs):
+            continue  # its cores are missing there or held by another pinned job
         if reserved:
             until = reserved.get(w.worker_id)
             if until is not None and limit_end > until:

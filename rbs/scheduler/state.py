@@ -25,6 +25,7 @@ from rbs.scheduler.instructions import (
     Start,
     TaskRecord,
 )
+from rbs.scheduler.pinning import pinned_shape
 from rbs.scheduler.policy import Shape, compute_shape
 from rbs.scheduler.ready import ReadyQueue
 from rbs.scheduler.releases import STOPPING, ReleaseCalendar
@@ -228,6 +229,8 @@ class Job:
         self.shape = compute_shape(
             manifest.resources, manifest.node_range[0], time_limit, manifest.container is not None
         )
+        if manifest.cpu_cores:
+            self.shape = pinned_shape(self.shape, manifest.cpu_cores)
         self.eval_pass = 0
 
     @property

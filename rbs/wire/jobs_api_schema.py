@@ -79,6 +79,7 @@ _MANIFEST = _obj(
 )
 # Container jobs only: a manifest carries them when it names an image.
 _MANIFEST["properties"] |= {"container": _STR, "network": _STR}
+_MANIFEST["properties"] |= {"cpu_cores": _STR, "max_iobps": _INT}  # present when set
 _JOB = _obj(
     {
         "job_id": _STR,
@@ -276,6 +277,8 @@ _MANIFEST_IN: dict[str, Any] = {
         "deadline": _null(_NUM),
         "container": _null(_STR),
         "network": _null(_STR),
+        "cpu_cores": _null(_STR),
+        "max_iobps": {"type": ["string", "integer", "null"]},
     },
     "required": ["command"],
     "additionalProperties": False,

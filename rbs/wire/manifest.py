@@ -20,6 +20,7 @@ from rbs.model import (
 )
 from rbs.units import SpecError
 from rbs.wire import specs
+from rbs.wire.cores import format_cores, parse_cores
 from rbs.wire.manifest_limits import check_manifest
 
 # Provenance keys: the manifest's field names, with resources split per quantity.
@@ -52,15 +53,24 @@ PROVENANCE_FIELDS = (
 DEFAULT_SOURCE = "default"
 # Container jobs only (and so absent from other manifests, which read as before).
 CONTAINER_KEYS = ("container", "network")
+# Joblet's resource flags, present only when set (so other manifests read as before).
+PINNING_KEYS = ("cpu_cores", "max_iobps")
 _TOP_KEYS = frozenset(
-    {"apiVersion", "resources", *CONTAINER_KEYS} | {f.split(".")[0] for f in PROVENANCE_FIELDS}
+    {"apiVersion", "resources", *CONTAINER_KEYS, *PINNING_KEYS}
+    | {f.split(".")[0] for f in PROVENANCE_FIELDS}
 )
 
 
 def manifest_to_dict(m: JobManifest) -> dict[str, Any]:
     """The manifest as plain JSON values; every field is present (the container ones when
     the job names an image), so the form is canonical."""
-    extra = {"container": m.container, "network": m.network} if m.container is not None else {}
+    extra: dict[str, Any] = {}
+    if m.container is not None:
+        extra = {"container": m.container, "network": m.network}
+    if m.cpu_cores:
+        extra["cpu_cores"] = format_cores(m.cpu_cores)
+    if m.max_iobps is not None:
+        extra["max_iobps"] = m.max_iobps
     return extra | {
         "apiVersion": m.api_version,
         "name": m.name,
@@ -131,6 +141,10 @@ def manifest_from_dict(data: Any) -> JobManifest:
     kw["command"] = tuple(_str_list(data, "command"))
     kw["outputs"] = tuple(_job_path(p, "manifest outputs") for p in _str_list(data, "outputs"))
     kw["secrets"] = tuple(_str_list(data, "secrets"))
+    if data.get("cpu_cores") is not None:
+        kw["cpu_cores"] = parse_cores(_typed(data, "cpu_cores", str), "manifest cpu_cores")
+    if data.get("max_iobps") is not None:
+        kw["max_iobps"] = units.parse_size(data["max_iobps"], "manifest max_iobps", minimum=1)
     if data.get("input_root") is not None:
         try:
             kw["input_root"] = Digest.parse(_typed(data, "input_root", str))
@@ -298,6 +312,8 @@ def apply_flags(
         "--begin": ("begin_time", _begin_time),
         "--container": ("container", lambda v: specs.parse_image(v, "--container")),
         "--network": ("network", specs.parse_network),
+        "--cpu-cores": ("cpu_cores", parse_cores),
+        "--max-iobps": ("max_iobps", lambda v: units.parse_size(v, "--max-iobps", minimum=1)),
         "--secret": (
             "secrets",
             lambda v: tuple(set(base.secrets) | set([v] if isinstance(v, str) else v)),
@@ -402,6 +418,7 @@ _FLAG_TYPES: dict[str, tuple[type, ...]] = {
     "--env": (str, list, tuple),
     "--outputs": (str, list, tuple),
     "--secret": (str, list, tuple),
+    "--max-iobps": (str, int),
 }
 
 

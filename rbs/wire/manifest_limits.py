@@ -81,6 +81,10 @@ def check_manifest(m: JobManifest, label: Label) -> JobManifest:
         lim("array.size", m.array.size, label("array"))
         lim("array.index", max(last for _, last, _ in m.array.ranges), label("array"))
     lim("dependencies", len(m.dependencies), label("dependencies"))
+    if m.max_iobps is not None:
+        lim("max_iobps", m.max_iobps, label("max_iobps"))
+    for core in m.cpu_cores:
+        lim("cpu_cores", core, label("cpu_cores"))
     if m.begin_time is not None and not (math.isfinite(m.begin_time) and m.begin_time >= 0):
         raise SpecError(
             label("begin_time"), m.begin_time, "is not a time", "epoch seconds, e.g. 1767225600"

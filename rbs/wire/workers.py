@@ -29,6 +29,7 @@ from rbs.model import (
     JobManifest,
     Resources,
 )
+from rbs.wire.cores import format_cores, parse_cores
 from rbs.wire.errors import FailedPrecondition
 from rbs.wire.manifest import job_path
 
@@ -108,7 +109,10 @@ def manifest_to_proto(m: JobManifest) -> jobs_pb2.JobManifest:
             jobs_pb2.JobDependency(kind=_KINDS[d.kind], job_id=d.job_id) for d in m.dependencies
         ],
         secrets=list(m.secrets),
+        cpu_cores=format_cores(m.cpu_cores),
     )
+    if m.max_iobps is not None:
+        pb.max_iobps = m.max_iobps
     if m.input_root is not None:
         pb.input_root.CopyFrom(digest_to_pb(m.input_root))
         pb.input_root_digest_function = function_to_pb(m.input_root.function)
@@ -182,6 +186,8 @@ def manifest_from_proto(pb: jobs_pb2.JobManifest) -> JobManifest:
             env=tuple((e.name, e.value) for e in pb.env),
             outputs=tuple(job_path(p, "manifest outputs") for p in pb.outputs),
             secrets=tuple(pb.secrets),
+            cpu_cores=parse_cores(pb.cpu_cores, "manifest cpu_cores") if pb.cpu_cores else (),
+            max_iobps=pb.max_iobps if pb.HasField("max_iobps") else None,
             array=_array(pb),
             dependencies=tuple(_dependency(i, d) for i, d in enumerate(pb.dependencies)),
             **_optional_fields(pb),

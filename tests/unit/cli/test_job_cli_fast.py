@@ -28,6 +28,7 @@ SAME = [
     ["submit", "--tls-ca", "ca.pem", "--", "x"],
     ["submit", "--container", "debian:12", "--network=none", "--", "x"],
     ["submit", "--secret", "HF_TOKEN", "--secret=KEY=@key.txt", "--", "x"],
+    ["submit", "--cpu-cores", "0-3,6", "--max-iobps=10M", "--", "x"],
     ["submit", "--begin", "tomorrow 09:00", "--schedule=30m", "--", "x"],
 ]
 

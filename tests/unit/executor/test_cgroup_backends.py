@@ -137,10 +137,10 @@ def test_v2_delegates_controllers_and_writes_limits(tmp_path: Path) -> None:
     fs, root = v2_root(tmp_path)
     fs.mkdir(root / "service")
     backend = prepare_v2(fs, root / "service")
-    assert backend.controllers == {"cpu", "memory", "pids"}
+    assert backend.controllers == {"cpu", "io", "memory", "pids"}
     group = backend.create("job-7.a1", Limits(cpus=0.5, memory_bytes=64 << 20, pids_max=50))
     assert group.path.parent == root / "service" / "rbs" / "default"
-    assert read(root / "service" / "rbs" / "cgroup.subtree_control") == "cpu memory pids"
+    assert read(root / "service" / "rbs" / "cgroup.subtree_control") == "cpu io memory pids"
     assert read(group.path / "memory.max") == str(64 << 20)
     assert read(group.path / "memory.swap.max") == "0"
     assert read(group.path / "cpu.max") == "50000 100000"
@@ -157,8 +157,8 @@ def test_v2_moves_worker_into_leaf_when_its_group_holds_it(tmp_path: Path) -> No
     backend = prepare_v2(fs, own)
     assert read(own / "rbs-worker" / "cgroup.procs") == str(os.getpid())
     assert read(own / "cgroup.procs") == ""
-    assert set(read(own / "cgroup.subtree_control").split()) == {"cpu", "memory", "pids"}
-    assert backend.controllers == {"cpu", "memory", "pids"}
+    assert set(read(own / "cgroup.subtree_control").split()) == {"cpu", "io", "memory", "pids"}
+    assert backend.controllers == {"cpu", "io", "memory", "pids"}
 
 
 def test_v2_refuses_to_move_itself_when_told_not_to(tmp_path: Path) -> None:
@@ -331,7 +331,7 @@ def test_detect_pure_v2(tmp_path: Path) -> None:
     )
     assert isinstance(backend, V2Backend)
     assert backend.base == root / "svc" / "rbs" / "default"
-    assert backend.controllers == {"cpu", "memory", "pids"}
+    assert backend.controllers == {"cpu", "io", "memory", "pids"}
 
 
 def test_detect_from_the_workers_leaf_uses_the_workers_group(tmp_path: Path) -> None:
@@ -423,3 +423,40 @@ def test_limits_and_names_are_validated() -> None:
     assert Limits(cpus=0.001).cpu_quota_us(100_000) == 1000
     a, b = group_name("job 1/../x"), group_name("job 1/../x")
     assert a != b and "/" not in a and not a.startswith(".")
+
+
+class _DirFs(CgroupFs):
+    """Plain folders: a new cpuset group has empty cpus and mems, as in the kernel."""
+
+    def mkdir(self, path: Path) -> None:
+        path.mkdir()
+        if "cpuset" in path.parts:
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                (path / name).write_text("\n")
+
+    def write(self, path: Path, value: str) -> None:
+        path.write_text(value)
+
+
+def test_v1_pins_cores_and_throttles_the_device_only_when_asked(tmp_path: Path) -> None:
+    from rbs.executor.cgroup_v1 import V1Backend
+
+    bases = {}
+    for c in ("memory", "cpu", "cpuacct", "pids", "cpuset", "blkio"):
+        base = tmp_path / c / "rbs"
+        base.mkdir(parents=True)
+        bases[c] = base
+    (tmp_path / "cpuset" / "cpuset.cpus").write_text("0-3\n")
+    (tmp_path / "cpuset" / "cpuset.mems").write_text("0\n")
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        (bases["cpuset"] / name).write_text("\n")
+    fs = _DirFs()
+    backend = V1Backend(bases, fs)
+    plain = backend.create("job-1", Limits(cpus=1.0))
+    assert set(plain.groups) == {"memory", "cpu", "cpuacct", "pids"}
+    pinned = backend.create("job-2", Limits(cpu_set="1-2", io_bps=2 << 20, io_device="254:0"))
+    cpuset, blkio = pinned.groups["cpuset"], pinned.groups["blkio"]
+    assert (cpuset / "cpuset.cpus").read_text() == "1-2"
+    assert (bases["cpuset"] / "cpuset.cpus").read_text() == "0-3"  # inherited, then narrowed
+    assert (blkio / "blkio.throttle.write_bps_device").read_text() == "254:0 2097152"
+    assert (blkio / "blkio.throttle.read_bps_device").read_text() == "254:0 2097152"

@@ -143,6 +143,8 @@ def _full() -> JobManifest:
         env=(("B", "2"), ("A", "1")),
         outputs=("out/model.pt", "logs/"),
         secrets=("WANDB_KEY", "HF_TOKEN"),
+        cpu_cores=(6, 0, 1),
+        max_iobps=10_000_000,
         dependencies=(
             Dependency(kind=DepKind.AFTEROK, job_id=3),
             Dependency(kind=DepKind.AFTERNOTOK, job_id=1),

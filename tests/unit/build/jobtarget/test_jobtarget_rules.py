@@ -262,6 +262,21 @@ def test_a_bad_secret_name_fails_naming_the_attribute(analyze_job: Analyze) -> N
         analyze_job('batch_job(name = "job", binary = ":train", secrets = ["RBS_X"])\n')
 
 
+def test_cpu_cores_and_max_iobps_are_rule_attributes(analyze_job: Analyze) -> None:
+    m = manifest(
+        analyze_job,
+        'batch_job(name = "job", binary = ":train", cpu_cores = "0-1,3", max_iobps = "10M")\n',
+    )
+    assert (m.cpu_cores, m.max_iobps) == ((0, 1, 3), 10_000_000)
+
+
+def test_bad_cpu_cores_fail_naming_the_attribute(analyze_job: Analyze) -> None:
+    with pytest.raises(BuildError, match=r"attribute 'cpu_cores'.*3-1"):
+        analyze_job('batch_job(name = "job", binary = ":train", cpu_cores = "3-1")\n')
+    with pytest.raises(BuildError, match=r"attribute 'max_iobps'"):
+        analyze_job('batch_job(name = "job", binary = ":train", max_iobps = "10MB")\n')
+
+
 def test_a_job_target_names_its_container_image(analyze_job: Analyze) -> None:
     m = manifest(
         analyze_job,
