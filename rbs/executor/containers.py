@@ -108,6 +108,14 @@ class ContainerEngine:
             return client
 
     @property
+    def worker_id(self) -> str:
+        """The worker's id (`<work-dir>/worker-id`, written before any job arrives)."""
+        try:
+            return (self.work_dir / "worker-id").read_text().strip() or "worker"
+        except OSError:
+            return "worker"
+
+    @property
     def url(self) -> str:
         assert self._url is not None
         return self._url
@@ -151,7 +159,8 @@ class ContainerEngine:
             "image": info.image_id,
             "ref": image,
             "network": network,
-            "name": "rbs-" + spec.key.replace("/", "-"),
+            # Named per worker: workers of other clusters may share the host's engine.
+            "name": f"rbs-{self.worker_id}-{spec.key}".replace("/", "-"),
             "user": f"{os.getuid()}:{os.getgid()}",
         }
         config = {

@@ -150,7 +150,8 @@ def test_a_container_job_runs_in_the_image_with_its_folder_env_user_and_limits(
     assert got.returncode == 0, got.stderr
     assert (out / "out.txt").read_text() == "made\n"  # written in the container, collected
     left = _podman(conf, "ps", "-a", "--format", "{{.Names}}").stdout.split()
-    assert not [n for n in left if n.startswith(f"rbs-{job}.")]  # the container is removed
+    wid = (home / "local" / "worker" / "worker-id").read_text().strip()
+    assert not [n for n in left if n.startswith(f"rbs-{wid}-{job}.")]  # the container is gone
 
 
 def test_host_network_by_default_and_network_none_leaves_only_loopback(
@@ -203,9 +204,12 @@ def test_a_cancelled_container_job_gets_sigterm_and_its_container_goes(
             break
     else:
         pytest.fail("the container job never printed 'ready'")
+    wid = (home / "local" / "worker" / "worker-id").read_text().strip()
+    running = _podman(conf, "ps", "--format", "{{.Names}}").stdout.split()
+    assert [n for n in running if n.startswith(f"rbs-{wid}-{job}.")], running
     assert rbs(home, "job", "cancel", job).returncode == 0
     waited = rbs(home, "job", "wait", job)
     assert waited.stdout.split() == [job, "CANCELLED"], waited
     assert "got-term" in rbs(home, "job", "logs", job).stdout.splitlines()
     left = _podman(conf, "ps", "-a", "--format", "{{.Names}}").stdout.split()
-    assert not [n for n in left if n.startswith(f"rbs-{job}.")]
+    assert not [n for n in left if n.startswith(f"rbs-{wid}-{job}.")]
