@@ -320,7 +320,10 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
     secret_names, secrets = read_secrets(params["secret"], named)
     flags["secret"] = secret_names or None
     flags = {k: v for k, v in flags.items() if v is not None}
-    with client_for(params["server"], params["token_file"]) as client:
+    from rbs.cli.progress import transfer_bar
+
+    staging = transfer_bar("staging inputs")  # drawn for a big upload, on a terminal
+    with client_for(params["server"], params["token_file"]) as client, staging:
         if manifest is not None:
             from rbs.client.targets import check_queue, stage_manifest_inputs
 

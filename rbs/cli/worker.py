@@ -253,15 +253,27 @@ def status(server: str | None, as_json: bool) -> None:
 
 
 def _print_status(reply: Any) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     from rbs.model import JobState
 
-    table = Table(title=f"{len(reply.workers)} worker(s)")
-    # Short cells so the table fits an 80-column terminal.
+    # Light borders and one space between columns leave an 80-column terminal to the
+    # cells; rich narrows only the name and GPU columns (an ellipsis), so a worker id
+    # and a state are never cut.
+    table = Table(
+        title=f"{len(reply.workers)} worker(s)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
     for col in ("worker", "name", "state", "cpus", "mem", "gpu ids", "build", "jobs", "beat"):
-        table.add_column(col, no_wrap=True)
+        if col in ("name", "gpu ids"):
+            table.add_column(col, overflow="ellipsis", no_wrap=False)
+        else:
+            table.add_column(col, no_wrap=True)
     for w in reply.workers:
         age = (reply.now_ns - w.last_heartbeat_ns) / 1e9
         table.add_row(
