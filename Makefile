@@ -16,7 +16,8 @@ $(STAMP): requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 # Debian packages some tests need (real Bazel for the interop tests; zsh and fish for
-# the shell completion tests; Prometheus, whose service is never started, for the metrics test).
+# the shell completion tests; Prometheus, whose service is never started, for the metrics test;
+# podman, runc and busybox-static for the container job tests).
 system-deps:
 	@command -v bazel >/dev/null 2>&1 || { \
 	  echo "installing Debian's bazel-bootstrap for the Bazel interop tests"; \
