@@ -32,7 +32,9 @@ def run(*args: str) -> click.testing.Result:
 def test_long_flags_take_unique_prefixes(
     submitted: list[tuple[dict[str, Any], str | None]],
 ) -> None:
-    r = run("submit", "--mem", "4", "--cpu=2", "--no-r", "--", "x")
+    # `--cpu` alone is ambiguous since --cpu-cores: click names both.
+    assert "could match --cpus, --cpu-cores" in run("submit", "--cpu=2", "--", "x").output
+    r = run("submit", "--mem", "4", "--cpus=2", "--no-r", "--", "x")
     assert r.exit_code == 0, r.output
     params, target = submitted[0]
     assert (params["memory_gb"], params["cpus"], params["no_requeue"]) == ("4", "2", True)
