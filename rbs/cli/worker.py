@@ -107,9 +107,20 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
     "jobs ran (never one in use) [default: no cap].",
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    help="Serve this worker's Prometheus metrics at /metrics on PORT (0: a free one).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address for --metrics-port (0.0.0.0: every interface).",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help='Write {"worker_id": ..., "pid": ...} as JSON here once registered.',
+    help='Write {"worker_id": ..., "pid": ..., "metrics_port": ...} as JSON here once registered.',
 )
 @click.option(
     "--log-level",
@@ -133,6 +144,8 @@ def worker(
     run_uids: str | None,
     containers: str,
     container_cache_size: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
     ready_file: Path | None,
     log_level: str,
 ) -> None:
@@ -171,15 +184,24 @@ def worker(
                 parse_size(max_cache_size, "--max-cache-size") if max_cache_size else None
             ),
         )
-        asyncio.run(_run_worker(config, ready_file))
+        metrics = (metrics_host, metrics_port) if metrics_port is not None else None
+        asyncio.run(_run_worker(config, ready_file, metrics))
     except (ValueError, WorkerError, OSError) as e:
         raise click.ClickException(str(e)) from None
 
 
-async def _run_worker(config: Any, ready_file: Path | None) -> None:
+async def _run_worker(
+    config: Any, ready_file: Path | None, metrics: tuple[str, int] | None = None
+) -> None:
     from rbs.executor.worker import Worker
 
     w = Worker(config)
+    metrics_runner, metrics_port = None, None
+    if metrics is not None:
+        from rbs.executor.metrics import serve_metrics
+
+        metrics_runner, metrics_port = await serve_metrics(w, *metrics)
+        click.echo(f"rbs remote worker: metrics at http://{metrics[0]}:{metrics_port}/metrics")
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, w.stop)
@@ -196,13 +218,16 @@ async def _run_worker(config: Any, ready_file: Path | None) -> None:
         sys.stdout.flush()
         if ready_file is not None:
             tmp = ready_file.with_name(f".{ready_file.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"worker_id": r.worker_id, "pid": os.getpid()}))
+            doc = {"worker_id": r.worker_id, "pid": os.getpid(), "metrics_port": metrics_port}
+            tmp.write_text(json.dumps(doc))
             os.replace(tmp, ready_file)
     else:
         connected.cancel()
     try:
         await task
     finally:
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
         if ready_file is not None and ready_file.exists():
             ready_file.unlink()
 
