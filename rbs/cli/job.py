@@ -22,6 +22,7 @@ from rbs.cli.job_submit import (
     FLAG,
     INT,
     LIST,
+    SHORT_FLAGS,
     SUBMIT_FLAGS,
     USAGE,
     client_for,
@@ -119,7 +120,8 @@ def _options(flags: Sequence[tuple[str, str, str, str]]) -> Callable[[F], F]:
     def add(f: F) -> F:
         for flag, kind, metavar, text in reversed(flags):
             if kind == FLAG:
-                f = click.option(flag, is_flag=True, help=text)(f)
+                short = [s for s, long in SHORT_FLAGS.items() if long == flag]
+                f = click.option(flag, *short, is_flag=True, help=text)(f)
             elif flag == "--tls-ca":
                 f = click.option(
                     flag,
@@ -306,6 +308,12 @@ def list_jobs(
 @click.option(
     "--json", "as_json", is_flag=True, help="One object per line: seq, time, stream, text."
 )
+@click.option(
+    "--label",
+    is_flag=True,
+    help="Prefix each line with its array task or gang rank ([3], [r1]); arrays and gangs "
+    "always are.",
+)
 def logs(
     server: str | None,
     token_file: str | None,
@@ -313,20 +321,29 @@ def logs(
     follow: bool,
     tail: int | None,
     as_json: bool,
+    label: bool,
 ) -> None:
     """A job's numbered log lines (-f follows live)."""
 
     def run() -> int:
+        from rbs.cli.job_follow import INTERRUPTED, print_line
         from rbs.wire.jobs_api import log_line_json
 
         with client_for(server, token_file) as client:
-            for line in client.logs(job_id, follow=follow, tail=tail):
-                if as_json:
-                    print(log_line_json(line), flush=follow)
-                else:
-                    stream = sys.stderr if line.stream == "err" else sys.stdout
-                    prefix = "[rbs] " if line.stream == "sys" else ""
-                    print(prefix + line.text, file=stream, flush=follow)
+            raw = client.show(job_id).raw
+            gang = int(raw.get("manifest", {}).get("nodes", 1)) > 1
+            labelled = label or gang or raw.get("array") is not None
+            try:
+                for line in client.logs(job_id, follow=follow, tail=tail):
+                    if as_json:
+                        print(log_line_json(line), flush=follow)
+                    else:
+                        print_line(line, label=labelled, gang=gang, flush=follow)
+            except KeyboardInterrupt:
+                if not follow:
+                    raise
+                print(f"\nrbs: stopped following job {job_id}; it goes on running", file=sys.stderr)
+                return INTERRUPTED
         return 0
 
     _done("logs", run)
@@ -361,10 +378,24 @@ def cancel(server: str | None, token_file: str | None, ids: tuple[str, ...]) -> 
     """Cancel jobs or array tasks (ID or ID_INDEX)."""
 
     def run() -> int:
+        from rbs.cli.job_follow import state_text
+
         with client_for(server, token_file) as client:
-            for job_id in client.cancel(list(ids)):
-                print(f"cancelled {job_id}")
-        return 0
+            ended: list[tuple[str, JobInfo]] = []
+            live: list[tuple[str, JobInfo]] = []
+            for target in ids:
+                info = client.show(target.partition("_")[0])
+                (ended if info.done else live).append((target, info))
+            for target, info in ended:
+                print(
+                    f"rbs job cancel: job {target} had already ended "
+                    f"({state_text(info.state, info.reason)}); nothing to cancel",
+                    file=sys.stderr,
+                )
+            if live:
+                for job_id in client.cancel([t for t, _ in live]):
+                    print(f"cancelled {job_id}")
+        return 1 if ended else 0
 
     _done("cancel", run)
 

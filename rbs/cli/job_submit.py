@@ -84,6 +84,8 @@ SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
         "A secret in the job's environment, from yours or a file; masked in logs; repeatable.",
     ),
     ("--no-requeue", FLAG, "", "End as NODE_FAIL on worker loss instead of requeuing."),
+    ("--restarts", INT, "N", "Requeue after worker loss at most N times (default 10)."),
+    ("--deadline", TEXT, "WHEN", "Cancel the job unless it started by WHEN: now+2h, ISO time."),
     ("--nodes", INT, "N", "Run on N workers at once (a gang)."),
     ("--max-retries", INT, "N", "Retry a failed job up to N times."),
     ("--checkpoint-dir", TEXT, "DIR", "Folder saved after each attempt, restored before the next."),
@@ -98,8 +100,10 @@ SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
         "Run this script (staged; its shebang, #RBS and #SBATCH lines); ARGS follow it.",
     ),
     ("--manifest", TEXT, "FILE", "Submit a FILE.job.json built earlier."),
-    ("--wait", FLAG, "", "Wait for the job to end; exit non-zero unless COMPLETED."),
+    ("--wait", FLAG, "", "Wait for the job to end; exit with its exit status."),
+    ("--follow", FLAG, "", "Stream the job's log until it ends (-f); exit with its status."),
 )
+SHORT_FLAGS = {"-f": "--follow"}
 USAGE = "[OPTIONS] -- COMMAND [ARGS...] | --script FILE | //pkg:target"
 
 
@@ -126,7 +130,7 @@ def fast_submit_args(argv: Sequence[str]) -> dict[str, object] | None:
     values = dict(_DEFAULTS)
     i, n = 1, len(argv)
     while i < n:
-        tok = argv[i]
+        tok = SHORT_FLAGS.get(argv[i], argv[i])
         if tok == "--":
             break
         if _KINDS.get(tok) == FLAG:
@@ -307,6 +311,8 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         "no_requeue": params["no_requeue"] or None,
         "nodes": params["nodes"],
         "max_retries": params["max_retries"],
+        "restarts": params["restarts"],
+        "deadline": params["deadline"],
         "checkpoint_dir": params["checkpoint_dir"],
         "cpu_cores": params["cpu_cores"],
         "max_iobps": params["max_iobps"],
@@ -343,8 +349,12 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         )
         print(job_id)
         sys.stdout.flush()
-        if params["wait"]:
+        if params["follow"] or params["wait"]:
+            from rbs.cli.job_follow import exit_status, follow, state_text
+
+            if params["follow"]:
+                return follow(client, job_id)
             info = client.wait(job_id)
-            print(f"job {job_id}: {info.state}", file=sys.stderr)
-            return 0 if info.ok else 1
+            print(f"job {job_id}: {state_text(info.state, info.reason)}", file=sys.stderr)
+            return exit_status(info)
     return 0

@@ -86,9 +86,9 @@ def test_submit_wait_logs_show_list_outputs(home: Path, tmp_path: Path) -> None:
 
 def test_failed_job_makes_wait_fail(home: Path) -> None:
     r = rbs(home, "job", "submit", "--wait", "--", "sh", "-c", "exit 3")
-    assert r.returncode == 1
+    assert r.returncode == 3  # the job's own exit code
     job = r.stdout.strip()
-    assert f"job {job}: FAILED" in r.stderr
+    assert f"job {job}: FAILED:exit 3" in r.stderr
     r = rbs(home, "job", "wait", job)
     assert (r.returncode, r.stdout.split()) == (1, [job, "FAILED"])
 

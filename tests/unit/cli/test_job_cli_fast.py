@@ -26,6 +26,8 @@ SAME = [
     ["submit", "--script", "run.sh", "--", "x"],
     ["submit", "--manifest=m.job.json", "--priority=-3", "--", "x"],
     ["submit", "--tls-ca", "ca.pem", "--", "x"],
+    ["submit", "--restarts", "0", "--follow", "--", "x"],
+    ["submit", "-f", "--restarts=3", "--deadline", "now+1h", "--", "x"],
     ["submit", "--container", "debian:12", "--network=none", "--", "x"],
     ["submit", "--secret", "HF_TOKEN", "--secret=KEY=@key.txt", "--", "x"],
     ["submit", "--cpu-cores", "0-3,6", "--max-iobps=10M", "--", "x"],
