@@ -52,7 +52,7 @@ def print_show(info: JobInfo) -> None:
         "User",
         r.get("user", "unknown") + (f"  (child of job {r['parent']})" if r.get("parent") else ""),
     )
-    row("State", _state(r) + (f"  reason: {info.reason}" if info.reason else ""))
+    row("State", _state(r) + (f":{info.reason}" if info.reason else ""))
     m = r.get("manifest", {})
     row("Command", " ".join(m.get("command", [])), "command")
     row("Queue", info.queue, "queue")
@@ -90,6 +90,9 @@ def print_show(info: JobInfo) -> None:
     row("Attempts", r.get("attempts", 0))
     if m.get("max_retries"):
         row("Max retries", m["max_retries"], "max_retries")
+    row("Restarts", f"at most {m.get('restarts', 0)} after worker loss", "restarts")
+    if m.get("deadline"):
+        row("Deadline", _when(m["deadline"]) + " (cancelled unless started by then)", "deadline")
     if m.get("input_root"):
         row("Inputs", m["input_root"], "input_root")
     if m.get("outputs"):
@@ -118,6 +121,29 @@ def print_show(info: JobInfo) -> None:
     row("Ended", _when(r.get("end_time")))
     for c in r.get("changes", []):
         row("Changed", f"{c['action']} by {c['by']} at {_when(c['time'])}")
+    console.print(t)
+    _print_attempts(console, r.get("history") or [])
+
+
+def _print_attempts(console: Console, history: Sequence[Mapping[str, Any]]) -> None:
+    """Every attempt: where it ran, when, and how it ended (STATE:reason, exit code)."""
+    if not history:
+        return
+    t = Table(title="Attempts", title_justify="left", box=None)
+    for column in ("Task", "Attempt", "Workers", "Started", "Ended", "State", "Exit"):
+        t.add_column(column)
+    for a in history:
+        state = f"{_state(a)}:{a['reason']}" if a.get("reason") else _state(a)
+        code = a.get("exit_code")
+        t.add_row(
+            "-" if a.get("task") is None else str(a["task"]),
+            str(a["attempt"]),
+            ", ".join(a.get("workers", [])) or "-",
+            _when(a.get("start_time")),
+            _when(a.get("end_time")),
+            state,
+            "-" if code is None else str(code),
+        )
     console.print(t)
 
 

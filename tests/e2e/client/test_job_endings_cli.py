@@ -173,3 +173,18 @@ def test_no_worker_can_ever_run_it_in_human_units(home: Path) -> None:
     assert r.returncode == 2
     assert "no worker can ever run this job: it asks for cpu 1, memory 1000.0 GiB" in r.stderr
     assert re.search(r"the largest worker is \S+: cpu \d+, memory \d+\.\d [GT]iB", r.stderr)
+
+
+def test_show_prints_the_state_with_its_reason_and_every_attempt(home: Path) -> None:
+    r = rbs(home, "job", "submit", "--wait", "--max-retries", "1", "--", "sh", "-c", "exit 4")
+    assert r.returncode == 4, r.stderr
+    job = r.stdout.strip()
+    out = rbs(home, "job", "show", job).stdout
+    assert "FAILED:exit 4" in out and "Attempts" in out
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["-"]]
+    assert [row[1] for row in rows] == ["1", "2"], out  # both attempts, in order
+    history = json.loads(rbs(home, "job", "show", "--json", job).stdout)["history"]
+    assert [(a["attempt"], a["state"], a["reason"], a["exit_code"]) for a in history] == [
+        (1, "FAILED", "exit 4", 4),
+        (2, "FAILED", "exit 4", 4),
+    ]
