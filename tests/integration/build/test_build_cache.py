@@ -154,3 +154,30 @@ def test_a_cache_file_of_the_wrong_shape_is_ignored(root: Path) -> None:
         p.write_bytes(pickle.dumps({"format": FORMAT, "value": (("x", 1), ["not", "a graph"])}))
     r = build(root)
     assert r.ok and not r.analysis_cached and out(root, "b/b.out") == "x\none\n"
+
+
+def test_an_output_whose_blob_the_store_refreshed_is_still_unchanged(root: Path) -> None:
+    # The store moves a blob's mtime forward when it serves it (its eviction lease), and
+    # a published output is a hardlink of that blob: same inode, same bytes, new mtime.
+    p = root / "rbs-out/bin/a/a.out"
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 120 * 10**9))
+    r = build(root)
+    assert r.ok and not r.up_to_date and r.analysis_cached
+    assert (r.report.memo_hits, r.report.cache_hits, r.report.executed) == (2, 0, 0)
+    assert build(root).up_to_date
+
+
+def test_an_output_edited_in_place_is_not_taken_for_a_refreshed_one(root: Path) -> None:
+    p = root / "rbs-out/bin/a/a.out"
+    good = p.read_bytes()
+    os.chmod(p, 0o644)
+    with open(p, "r+b") as f:  # same inode, same size, other bytes
+        f.write(b"X" * len(good))
+    # The edit reached the store's blob through the hardlink: that build names the
+    # corrupt blob and takes nothing as unchanged; the next one brings the bytes back.
+    r = build(root)
+    assert r.report.memo_hits == 0 and not r.up_to_date
+    assert r.ok or any("corrupt" in f.message for f in r.report.failures)
+    again = build(root)
+    assert again.ok and p.read_bytes() == good and out(root, "b/b.out") == "x\none\n"
