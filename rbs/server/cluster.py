@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from rbs.cas.disk import DiskStore
 from rbs.cas.store import BlobStore
 from rbs.server.ac_store import ActionResultStore
 from rbs.server.action_cache import ActionCache
+from rbs.server.cas_metrics import CountingDiskStore
 from rbs.server.config import Config
 from rbs.server.execution import ExecutionEngine, ExecutionLimits
 from rbs.server.grpc_server import RunningServer, start_grpc
@@ -73,7 +73,7 @@ def open_store(config: Config) -> BlobStore:
     blobs outside the lease (`[cas] lease`, 3 h); the action cache drops results whose
     outputs went.
     """
-    store = DiskStore(
+    store = CountingDiskStore(  # a DiskStore that counts lookups and evictions (/metrics)
         config.server.data_dir / "cas", max_size=config.cas.max_size, lease=config.cas.lease
     )
     swept = store.sweep_tmp()

@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from rbs.model import JobState, KillReason
 from rbs.scheduler.events import RunRef
 from rbs.scheduler.instructions import Instruction, Kill, SaveJob, SaveTask, Start
+from rbs.server.cas_metrics import CountingDiskStore
 
 if TYPE_CHECKING:
     from rbs.cas.store import BlobStore
@@ -284,6 +285,26 @@ class _StateCollector(Collector):
         _, blobs, size = self._cas
         yield GaugeMetricFamily("rbs_cas_bytes", "Bytes the CAS holds on disk.", value=size)
         yield GaugeMetricFamily("rbs_cas_blobs", "Blobs the CAS holds.", value=blobs)
+        if isinstance(self._store, CountingDiskStore):
+            s = self._store
+            lookups = CounterMetricFamily(
+                "rbs_cas_lookups",
+                "Digests asked about (FindMissing): held or not.",
+                labels=["result"],
+            )
+            lookups.add_metric(["hit"], s.lookup_hits)
+            lookups.add_metric(["miss"], s.lookup_misses)
+            yield lookups
+            yield CounterMetricFamily(
+                "rbs_cas_evicted_blobs",
+                "Blobs the CAS evicted to stay in its bound.",
+                value=s.evicted_blobs,
+            )
+            yield CounterMetricFamily(
+                "rbs_cas_evicted_bytes",
+                "Bytes the CAS evicted to stay in its bound.",
+                value=s.evicted_bytes,
+            )
 
 
 class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]

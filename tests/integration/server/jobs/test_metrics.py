@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rbs.client.jobs import JobsClient
 from rbs.model import Digest, DigestFunction
-from rbs.wire.reapi_client import ActionCacheClient
+from rbs.wire.reapi_client import ActionCacheClient, RemoteStore
 
 
 def scrape(
@@ -56,7 +56,10 @@ def test_metrics_count_jobs_runs_slots_and_rpcs(cluster: JobCluster, client: Job
     # No series is labelled by a job: every label value is from a small, fixed set.
     for name, labels in m:
         for key, value in labels:
-            assert key in {"state", "queue", "method", "code", "direction", "le"}, (name, key)
+            assert key in {"state", "queue", "method", "code", "direction", "result", "le"}, (
+                name,
+                key,
+            )
             assert value not in {ok, bad}, (name, labels)
 
 
@@ -76,12 +79,19 @@ def test_metrics_of_a_running_job_show_its_slot_in_use(
     assert scrape(cluster)[("rbs_job_run_seconds_count", ())] == 1
 
 
-def test_rpcs_by_method_and_code_give_the_action_cache_hit_ratio(cluster: JobCluster) -> None:
+def test_rpcs_by_method_and_code_and_cas_lookups(cluster: JobCluster) -> None:
     with grpc.insecure_channel(cluster.address) as channel:
         ac = ActionCacheClient(channel)
         assert ac.get(Digest.of(b"never ran", DigestFunction.SHA256)) is None
         assert ac.get(Digest.of(b"nor this", DigestFunction.SHA256)) is None
+    with grpc.insecure_channel(cluster.address) as channel:
+        held = RemoteStore(channel).put(b"a blob the CAS holds")
+        absent = Digest.of(b"a blob it never saw", DigestFunction.SHA256)
+        assert RemoteStore(channel).find_missing([held, absent]) == [absent]
     m = scrape(cluster)
+    assert m[("rbs_cas_lookups_total", (("result", "hit"),))] >= 1
+    assert m[("rbs_cas_lookups_total", (("result", "miss"),))] >= 1
+    assert m[("rbs_cas_evicted_blobs_total", ())] == 0
     method = "/build.bazel.remote.execution.v2.ActionCache/GetActionResult"
     assert m[("rbs_rpc_total", (("code", "NOT_FOUND"), ("method", method)))] == 2
     assert ("rbs_rpc_total", (("code", "OK"), ("method", method))) not in m

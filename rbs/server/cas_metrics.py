@@ -1,0 +1,47 @@
+"""The server's CAS with counts for /metrics: lookups that hit or missed, and evictions.
+
+A `DiskStore` that counts, not a wrapper around one: the server's parts call the
+store's disk-only methods too (`sweep_tmp`, `stat`, `gc`), and a subclass keeps every
+one of them. Lookups are the digests `find_missing` is asked about (FindMissingBlobs,
+the jobs API's /v1/cas/missing, the action cache's check of a result's outputs), each
+distinct non-empty digest once; evictions are what `gc` removed, automatic or asked.
+Plain integers under one lock: `find_missing` runs on many threads at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rbs.cas.disk import DiskStore
+from rbs.cas.eviction import GcResult
+from rbs.model import Digest
+
+
+class CountingDiskStore(DiskStore):
+    """A DiskStore that counts lookup hits and misses and the blobs and bytes evicted."""
+
+    def __init__(self, root: Path, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self._count_lock = threading.Lock()
+        self.lookup_hits = 0
+        self.lookup_misses = 0
+        self.evicted_blobs = 0
+        self.evicted_bytes = 0
+
+    def find_missing(self, digests: Iterable[Digest]) -> list[Digest]:
+        asked = {d for d in digests if d.size}
+        missing = super().find_missing(asked)
+        with self._count_lock:
+            self.lookup_misses += len(missing)
+            self.lookup_hits += len(asked) - len(missing)
+        return missing
+
+    def gc(self, max_size: int | None = None, *, target: int | None = None) -> GcResult:
+        result = super().gc(max_size, target=target)
+        with self._count_lock:
+            self.evicted_blobs += result.removed_blobs
+            self.evicted_bytes += result.removed_bytes
+        return result
