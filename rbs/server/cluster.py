@@ -34,6 +34,7 @@ from rbs.server.ac_store import ActionResultStore
 from rbs.server.action_cache import ActionCache
 from rbs.server.cas_metrics import CountingDiskStore
 from rbs.server.config import Config
+from rbs.server.dashboard import Dashboard
 from rbs.server.execution import ExecutionEngine, ExecutionLimits
 from rbs.server.grpc_server import RunningServer, start_grpc
 from rbs.server.instances import Instances
@@ -237,6 +238,7 @@ async def start_cluster(
                 api = JobsApi(driver, store, auth, secrets)
                 api.reservations = reservations
                 api.metrics = metrics
+                api.dashboard = Dashboard(api, tls=bool(config.server.tls_cert))
                 http = await start_http(api, host, http_port, config)
             except OSError as e:
                 raise OSError(

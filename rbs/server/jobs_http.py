@@ -30,7 +30,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -79,6 +79,16 @@ def _task(text: str) -> TaskRef:
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Routes(Protocol):
+    """Pages served on this port with their own login (rbs.server.dashboard.Dashboard)."""
+
+    def owns(self, path: str) -> bool: ...
+
+    def add_routes(self, app: web.Application) -> None: ...
+
+
 # Who made the request, as the middleware authenticated it.
 PRINCIPAL = web.RequestKey("principal", Principal)
 
@@ -101,6 +111,8 @@ class JobsApi:
         self.listing = JobListing(driver)
         self.reservations: Reservations | None = None  # set by rbs.server.cluster
         self.metrics: ServerMetrics | None = None  # GET /metrics (set by rbs.server.cluster)
+        # The web dashboard (rbs.server.dashboard; set by rbs.server.cluster).
+        self.dashboard: Routes | None = None
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -125,10 +137,14 @@ class JobsApi:
             self.reservations.add_routes(app, PRINCIPAL)
         if self.metrics is not None:
             self.metrics.add_routes(app)
+        if self.dashboard is not None:
+            self.dashboard.add_routes(app)
         return app
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.dashboard is not None and self.dashboard.owns(request.path):
+            return await handler(request)  # its own login and session cookie
         try:
             self._authorize(request)
             return await handler(request)

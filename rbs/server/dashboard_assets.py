@@ -1,0 +1,91 @@
+"""The dashboard's stylesheet and script, served from the package (no network, no CDN).
+
+Both are small and written for these pages alone: the script polls (the jobs table and
+the cluster pages reload their main section; a job's log follows by asking for the
+lines after the last one shown) and filters the log view as the user types.
+"""
+
+from __future__ import annotations
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 0; color: #1d2330; background: #f6f7f9; }
+nav { background: #1d2330; padding: 0.5em 1em; display: flex; gap: 1.2em; align-items: center; }
+nav a { color: #e6e9ef; text-decoration: none; font-weight: 600; }
+nav .who { margin-left: auto; color: #aab2c0; }
+nav form { display: inline; }
+main { padding: 1em 1.5em; }
+table { border-collapse: collapse; background: white; width: 100%; }
+th, td { border-bottom: 1px solid #e2e5ea; padding: 0.3em 0.6em; text-align: left; }
+th a { color: inherit; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+.state { font-weight: 600; }
+.PENDING { color: #8a6d00; } .RUNNING { color: #0b62c4; } .COMPLETED { color: #1d7f3a; }
+.FAILED, .TIMEOUT, .OUT_OF_MEMORY, .NODE_FAIL { color: #b3261e; } .CANCELLED { color: #666; }
+.error { background: #fde7e7; border: 1px solid #e3a3a3; padding: 0.6em; }
+.note { color: #5a6372; }
+form.filters { margin-bottom: 0.8em; display: flex; gap: 0.6em; flex-wrap: wrap; }
+pre#log { background: #111; color: #ddd; padding: 0.6em; max-height: 32em; overflow: auto; }
+pre#log .err { color: #ff9a8f; } pre#log .sys { color: #8fc7ff; } pre#log .hidden { display: none; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
+dt { font-weight: 600; }
+section { margin-bottom: 1.5em; }
+"""
+
+JS = """
+"use strict";
+function rbsLive() {
+  const main = document.querySelector("main[data-live]");
+  if (!main) return;
+  const box = document.getElementById("live");
+  setInterval(async () => {
+    if (box && !box.checked) return;
+    const r = await fetch(location.href, {credentials: "same-origin"});
+    if (!r.ok) return;
+    const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+    const fresh = doc.querySelector("main[data-live] .live-part");
+    const old = main.querySelector(".live-part");
+    if (fresh && old) old.replaceWith(fresh);
+  }, 3000);
+}
+function rbsLog() {
+  const pre = document.getElementById("log");
+  if (!pre) return;
+  const url = pre.dataset.src;
+  const search = document.getElementById("log-search");
+  const status = document.getElementById("log-status");
+  let after = 0, done = false;
+  function show(div) {
+    const q = search ? search.value : "";
+    div.classList.toggle("hidden", q !== "" && !div.textContent.includes(q));
+  }
+  async function poll() {
+    if (done) return;
+    let r;
+    try { r = await fetch(url + "?after=" + after, {credentials: "same-origin"}); }
+    catch (e) { setTimeout(poll, 2000); return; }
+    if (!r.ok) { status.textContent = "log: HTTP " + r.status; setTimeout(poll, 2000); return; }
+    const follow = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    for (const text of (await r.text()).split("\\n")) {
+      if (!text) continue;
+      const line = JSON.parse(text);
+      if (line.end) {
+        if (line.state !== "PENDING" && line.state !== "RUNNING") {
+          done = true; status.textContent = "the job ended: " + line.state;
+        }
+        continue;
+      }
+      after = line.seq;
+      const div = document.createElement("div");
+      div.className = line.stream;
+      div.textContent = line.text;
+      show(div);
+      pre.appendChild(div);
+    }
+    if (follow) pre.scrollTop = pre.scrollHeight;
+    if (!done) { status.textContent = "following"; setTimeout(poll, 1000); }
+  }
+  if (search) search.addEventListener("input", () => pre.querySelectorAll("div").forEach(show));
+  poll();
+}
+document.addEventListener("DOMContentLoaded", () => { rbsLive(); rbsLog(); });
+"""
