@@ -74,10 +74,11 @@ _PHASES = (
     "import json,sys,time; from pathlib import Path\n"
     "from rbs.build.api import analyze, resolve_patterns\n"
     "from rbs.build.loader import Loader; from rbs.build.workspace import Workspace\n"
-    "ws = Workspace(root=Path(sys.argv[1])); t0 = time.perf_counter(); l = Loader(ws)\n"
-    "labels = resolve_patterns(l, ['//...'], cwd_package=''); t1 = time.perf_counter()\n"
-    "analyze(l, labels, None); t2 = time.perf_counter()\n"
-    "print(json.dumps([t1 - t0, t2 - t1]))\n"
+    "ws = Workspace(root=Path(sys.argv[1])); c0, t0 = time.process_time(), time.perf_counter()\n"
+    "l = Loader(ws); labels = resolve_patterns(l, ['//...'], cwd_package='')\n"
+    "c1, t1 = time.process_time(), time.perf_counter(); analyze(l, labels, None)\n"
+    "c2, t2 = time.process_time(), time.perf_counter()\n"
+    "print(json.dumps([t1 - t0, t2 - t1, c1 - c0, c2 - c1]))\n"
 )
 _CACHED = (
     "import json,sys,time; from pathlib import Path\n"
@@ -89,13 +90,13 @@ _CACHED = (
 )
 
 
-def phases(root: Path) -> tuple[float, float]:
-    """(loading s, analysis s) of //... in a fresh process, nothing cached."""
+def phases(root: Path) -> tuple[float, float, float, float]:
+    """(loading s, analysis s, their CPU s) of //... in a fresh process, nothing cached."""
     out = subprocess.run(
         [sys.executable, "-c", _PHASES, str(root)], capture_output=True, text=True, check=True
     )
-    load, analysis = json.loads(out.stdout)
-    return float(load), float(analysis)
+    load, analysis, load_cpu, analysis_cpu = json.loads(out.stdout)
+    return float(load), float(analysis), float(load_cpu), float(analysis_cpu)
 
 
 def cached_analysis(root: Path) -> float:
@@ -134,6 +135,8 @@ def measure(base: Path, size: int, args: argparse.Namespace) -> dict[str, float]
         "n": n,
         "load": med(r[0] for r in runs),
         "analysis": med(r[1] for r in runs),
+        "load_cpu": med(r[2] for r in runs),
+        "analysis_cpu": med(r[3] for r in runs),
         "cached": med(cached_analysis(ws) for _ in range(args.runs)),
     }
     if not args.skip_build:
@@ -149,8 +152,10 @@ def measure(base: Path, size: int, args: argparse.Namespace) -> dict[str, float]
         fig["edit"] = med(edits)
     load_now = os.getloadavg()[0]
     line = (
-        f"{n:>6} targets: loading {1000 * fig['load'] / n:.3f} ms/target, "
-        f"analysis {1000 * fig['analysis'] / n:.3f} ms/target, "
+        f"{n:>6} targets: loading {1000 * fig['load'] / n:.3f} ms/target "
+        f"({1000 * fig['load_cpu'] / n:.3f} CPU), "
+        f"analysis {1000 * fig['analysis'] / n:.3f} ms/target "
+        f"({1000 * fig['analysis_cpu'] / n:.3f} CPU), "
         f"cached analysis {1000 * fig['cached'] / n:.3f} ms/target ({fig['cached']:.3f} s)"
     )
     if "noop" in fig:
@@ -183,7 +188,9 @@ def main() -> None:
         if len(figs) < 2:
             return
         ns = [int(f["n"]) for f in figs]
-        curves = ["load", "analysis", "cached"] + (["noop", "clean"] if "noop" in figs[0] else [])
+        curves = ["load", "analysis", "load_cpu", "analysis_cpu", "cached"] + (
+            ["noop", "clean"] if "noop" in figs[0] else []
+        )
         for name in curves:
             per, exp = slope(ns, [f[name] for f in figs])
             print(f"slope {name:>8}: {per:.4f} ms per added target, log-log exponent {exp:.2f}")
