@@ -332,7 +332,8 @@ def logs(
         with client_for(server, token_file) as client:
             raw = client.show(job_id).raw
             gang = int(raw.get("manifest", {}).get("nodes", 1)) > 1
-            labelled = label or gang or raw.get("array") is not None
+            # One array task (ID_INDEX) needs no label; a whole array or a gang always has them.
+            labelled = label or gang or (raw.get("array") is not None and "_" not in job_id)
             try:
                 for line in client.logs(job_id, follow=follow, tail=tail):
                     if as_json:

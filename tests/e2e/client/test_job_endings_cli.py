@@ -82,6 +82,8 @@ def test_an_array_follows_with_labels_and_exits_with_its_highest_code(home: Path
     assert f"job {job}: FAILED:2 of 3 tasks FAILED, highest exit 2" in r.stderr
     r = rbs(home, "job", "logs", job)
     assert "[2] hello from 2" in r.stdout.splitlines()
+    # One task asked for by ID_INDEX: its lines need no label.
+    assert "hello from 1" in rbs(home, "job", "logs", f"{job}_1").stdout.splitlines()
 
 
 def test_logs_label_prefixes_a_plain_jobs_lines_only_when_asked(home: Path) -> None:
