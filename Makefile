@@ -16,7 +16,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 # Debian packages some tests need (real Bazel for the interop tests; zsh and fish for
-# the shell completion tests; Prometheus, whose service is never started, for the metrics test;
+# the shell completion tests; chromium and chromium-driver for the dashboard browser tests; Prometheus, whose service is never started, for the metrics test;
 # podman, runc and busybox-static for the container job tests).
 system-deps:
 	@command -v bazel >/dev/null 2>&1 || { \
@@ -31,6 +31,10 @@ system-deps:
 	  echo "installing podman, runc and busybox-static for the container job tests"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc busybox-static >/dev/null) \
 	  || echo "warning: could not install podman, runc and busybox-static; container tests will be skipped"; }
+	@{ test -x /usr/bin/chromium && test -x /usr/bin/chromedriver; } || { \
+	  echo "installing Debian's chromium and chromium-driver for the dashboard's browser tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null) \
+	  || echo "warning: could not install chromium and chromium-driver; the dashboard's browser tests will be skipped"; }
 	@test -x /usr/bin/prometheus || { \
 	  echo "installing Debian's prometheus (not its service) for the metrics test"; \
 	  sh scripts/install_prometheus.sh \

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from rbs.server import dashboard_pages as pages
-from rbs.server.dashboard_assets import CSS, JS
+from rbs.server.dashboard_assets import CSS, ICON, JS
 from rbs.wire import jobs_api
 from rbs.wire import jobs_api_requests as req
 from rbs.wire.auth import Principal, Refused, Role, owner_refusal
@@ -68,7 +68,7 @@ class Dashboard:
     @staticmethod
     def owns(path: str) -> bool:
         """The paths the dashboard answers itself (the jobs API's token check skips them)."""
-        return path == "/" or path == PREFIX or path.startswith(PREFIX + "/")
+        return path in ("/", "/favicon.ico", PREFIX) or path.startswith(PREFIX + "/")
 
     def add_routes(self, app: web.Application) -> None:
         r = app.router
@@ -77,6 +77,8 @@ class Dashboard:
         r.add_get(PREFIX + "/", self.home)
         r.add_get(PREFIX + "/static/dashboard.css", self.css)
         r.add_get(PREFIX + "/static/dashboard.js", self.js)
+        r.add_get(PREFIX + "/static/favicon.svg", self.icon)
+        r.add_get("/favicon.ico", self.icon)
         r.add_get(PREFIX + "/login", self.login_form)
         r.add_post(PREFIX + "/login", self.login)
         r.add_post(PREFIX + "/logout", self.logout)
@@ -198,6 +200,9 @@ class Dashboard:
 
     async def js(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text=JS, content_type="text/javascript")
+
+    async def icon(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text=ICON, content_type="image/svg+xml")
 
     async def login_form(self, request: web.Request, error: str | None = None) -> web.Response:
         if self._open(request):

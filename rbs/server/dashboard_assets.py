@@ -7,6 +7,12 @@ lines after the last one shown) and filters the log view as the user types.
 
 from __future__ import annotations
 
+ICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    '<rect width="16" height="16" rx="3" fill="#1d2330"/>'
+    '<path d="M4 11h2V7H4zm3 0h2V4H7zm3 0h2V8h-2z" fill="#8fc7ff"/></svg>'
+)
+
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 0; color: #1d2330; background: #f6f7f9; }
 nav { background: #1d2330; padding: 0.5em 1em; display: flex; gap: 1.2em; align-items: center; }

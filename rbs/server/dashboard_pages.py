@@ -59,6 +59,7 @@ def layout(title: str, body: str, *, user: str | None, csrf: str | None, live: b
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{e(title)} - rbs</title>"
+        '<link rel="icon" href="/ui/static/favicon.svg" type="image/svg+xml">'
         '<link rel="stylesheet" href="/ui/static/dashboard.css">'
         '<script src="/ui/static/dashboard.js"></script></head><body>'
         f'<nav><a href="/ui/jobs">rbs</a>{nav}{toggle}{who}</nav>'
@@ -192,7 +193,10 @@ def job_page(
     summary = _dl(
         [
             ("State", state),
-            ("Why" if not ended else "Ended", job["reason"] or ("" if not ended else state)),
+            (
+                "Why pending" if state == "PENDING" else ("How it ended" if ended else "Reason"),
+                job["reason"] or ("" if not ended else state),
+            ),
             ("User", job["user"]),
             ("Queue", job["queue"]),
             ("Submitted", when(job["submit_time"])),
