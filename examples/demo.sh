@@ -77,3 +77,6 @@ echo "running under $RBS_HOME; explore it with"
 echo "  RBS_HOME=$RBS_HOME $rbs job list --history"
 echo "and stop it with (worker 2 then exits by itself within 10 s)"
 echo "  RBS_HOME=$RBS_HOME $rbs remote down"
+http=$("$venv/bin/python" -c \
+    'import json, os; print(json.load(open(os.environ["RBS_HOME"] + "/local/cluster.json"))["http_port"])')
+echo "Watch the demo's jobs in the dashboard (no login from this host): http://127.0.0.1:$http/"
