@@ -1,7 +1,7 @@
-"""rbs.JobExecutor: a concurrent.futures.Executor whose calls run as cluster jobs.
+"""JobExecutor: a concurrent.futures.Executor whose calls run as cluster jobs.
 
-    import rbs
-    with rbs.JobExecutor(cpus=1, time="10m") as ex:
+    from rbs.client import JobExecutor
+    with JobExecutor(cpus=1, time="10m") as ex:
         fut = ex.submit(pow, 2, 10)        # one job
         print(fut.result())                # 1024
         print(list(ex.map(abs, range(-3, 0))))   # one array job
@@ -143,12 +143,24 @@ class JobExecutor(Executor):
         flags: Mapping[str, Any] | None = None,
     ) -> Iterator[Any]:
         """Like Executor.map, as one array job of ceil(items / chunksize) tasks."""
+        futures = self.map_futures(fn, *iterables, chunksize=chunksize, flags=flags)
+        return _results(futures, timeout)
+
+    def map_futures(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        chunksize: int | None = None,
+        flags: Mapping[str, Any] | None = None,
+    ) -> list[JobFuture]:
+        """`map`'s futures, one per item, in order; an item's future is bound to its
+        array task (job id `N_TASK`), and cancelling it cancels that task."""
         items: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
             (tuple(a), {}) for a in zip(*iterables, strict=False)
         ]
         if not items:
-            return iter(())
-        size = chunksize or -(-len(items) // MAP_TASKS)
+            return []
+        size = chunksize if chunksize is not None else -(-len(items) // MAP_TASKS)
         if size < 1:
             raise ValueError(f"chunksize={chunksize}: want 1 or more")
         chunks = [items[i : i + size] for i in range(0, len(items), size)]
@@ -159,7 +171,7 @@ class JobExecutor(Executor):
             tasks[i] = [JobFuture(self, f"{job_id}_{i}") for _ in chunk]
             futures += tasks[i]
         self._watch(_Pending(job_id, tasks))
-        return _results(futures, timeout)
+        return futures
 
     def _start(
         self,

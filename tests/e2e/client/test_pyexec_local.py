@@ -132,3 +132,27 @@ def test_from_a_notebook_kernel(home: Path) -> None:
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+@pytest.mark.skipif(
+    _python3_version() != "{}.{}".format(*sys.version_info[:2]),
+    reason="the README's example uses python3 on PATH, not this Python's major.minor",
+)
+def test_the_readme_example_runs_as_a_script(home: Path) -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    section = readme.split("**Python functions as jobs.**", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    script = home / "example.py"
+    script.write_text(code)
+    r = subprocess.run(
+        [sys.executable, str(script)],
+        env=_env(home),
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=RESULT_S * 2,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[-2:] == ["{'width': 64, 'steps': 320}", "[3, 6, 9]"], r.stdout

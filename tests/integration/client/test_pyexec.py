@@ -152,3 +152,45 @@ def test_futures_settle_from_many_threads(ex: JobExecutor) -> None:
     for t in threads:
         t.join(RESULT_S)
     assert results == {0: 0, 1: 1, 2: 4}
+
+
+def call_helper(x: int) -> str:
+    import helper_mod  # staged with inputs=, not importable here
+
+    return str(helper_mod.twice(x))
+
+
+def test_a_local_module_travels_with_inputs(cluster: JobCluster, tmp_path: Path) -> None:
+    (tmp_path / "helper_mod.py").write_text("def twice(x):\n    return 2 * x\n")
+    e = JobExecutor(
+        cluster.client(),
+        python=sys.executable,
+        by_value=[THIS],
+        inputs=["helper_mod.py"],
+        cwd=tmp_path,
+    )
+    try:
+        assert e.submit(call_helper, 21).result(timeout=RESULT_S) == "42"
+    finally:
+        e.shutdown()
+
+
+def test_cancelling_one_map_item_cancels_its_task(
+    ex: JobExecutor, cluster: JobCluster, tmp_path: Path
+) -> None:
+    flags = [str(tmp_path / "go-0"), str(tmp_path / "never"), str(tmp_path / "go-2")]
+    futures = ex.map_futures(wait_for_file, flags, chunksize=1)
+    client = cluster.client()
+    wait_for(
+        "the tasks to run",
+        lambda: client.show(futures[1].job_id).state == "RUNNING",
+        RESULT_S,
+    )
+    assert futures[1].job_id.endswith("_1")
+    assert futures[1].cancel()
+    (tmp_path / "go-0").touch()
+    (tmp_path / "go-2").touch()
+    assert futures[0].result(timeout=RESULT_S) == "saw it"
+    assert futures[2].result(timeout=RESULT_S) == "saw it"
+    assert futures[1].cancelled()
+    assert client.show(futures[1].job_id).state == "CANCELLED"
