@@ -30,6 +30,7 @@ from rbs.cli.job_submit import (
     use_tls_ca,
 )
 from rbs.cli.job_submit import submit as submit_job
+from rbs.cli.job_telemetry import telemetry as telemetry_command
 from rbs.cli.job_update import update as update_command
 
 if TYPE_CHECKING:
@@ -203,17 +204,33 @@ def show(server: str | None, token_file: str | None, ids: tuple[str, ...], as_js
     def run() -> int:
         with client_for(server, token_file) as client:
             infos = [client.show(j) for j in ids]
-        if as_json:
-            for info in infos:
-                print(json.dumps(info.raw, sort_keys=True))
-            return 0
+            if as_json:
+                for info in infos:
+                    print(json.dumps(info.raw, sort_keys=True))
+                return 0
+            latest = [_latest_sample(client, j) for j in ids]
+        from rbs.cli.job_telemetry import latest_line
         from rbs.cli.job_views import print_show
 
-        for info in infos:
+        for info, sample in zip(infos, latest, strict=True):
             print_show(info)
+            if sample is not None:
+                print(f"Telemetry  {latest_line(sample)}")
         return 0
 
     _done("show", run)
+
+
+def _latest_sample(client: Any, job_id: str) -> dict[str, Any] | None:
+    """The job's newest telemetry sample; None when it has none (or the server predates
+    telemetry)."""
+    from rbs.client.errors import JobError
+
+    try:
+        samples = client.telemetry(job_id, last=True)
+    except JobError:
+        return None
+    return samples[-1] if samples else None
 
 
 @job.command("list")
@@ -404,6 +421,7 @@ def cancel(server: str | None, token_file: str | None, ids: tuple[str, ...]) -> 
 job.add_command(update_command)  # rbs/cli/job_update.py
 job.add_command(reserve)  # rbs/cli/job_reserve.py
 job.add_command(reservations)
+job.add_command(telemetry_command)  # rbs/cli/job_telemetry.py
 
 
 @job.command("outputs")

@@ -107,6 +107,15 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
     "jobs ran (never one in use) [default: no cap].",
 )
 @click.option(
+    "--telemetry-interval",
+    type=click.FloatRange(min=0),
+    default=15.0,
+    show_default=True,
+    envvar="RBS_TELEMETRY_INTERVAL",
+    metavar="SECONDS",
+    help="Sample each job's CPU, memory, I/O and GPU use this often (0: never).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(min=0, max=65535),
     help="Serve this worker's Prometheus metrics at /metrics on PORT (0: a free one).",
@@ -144,6 +153,7 @@ def worker(
     run_uids: str | None,
     containers: str,
     container_cache_size: str | None,
+    telemetry_interval: float,
     metrics_port: int | None,
     metrics_host: str,
     ready_file: Path | None,
@@ -158,6 +168,8 @@ def worker(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # The run supervisor this worker starts reads it (rbs.executor.telemetry).
+    os.environ["RBS_TELEMETRY_INTERVAL"] = f"{telemetry_interval:g}"
     try:
         work_dir = work_dir or _rbs_home() / "worker"
         config = WorkerConfig(

@@ -351,6 +351,25 @@ class JobsClient:
         body = req.update_body(flags)
         return jobs_api.job_info(self._call("POST", req.update_path(job_id), body))
 
+    def telemetry(
+        self,
+        job_id: str,
+        *,
+        since: float | None = None,
+        points: int | None = None,
+        last: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The job's telemetry samples (rbs.server.telemetry), oldest first."""
+        query = {"since": since, "points": points, "last": 1 if last else None}
+        args = "&".join(
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in query.items()
+            if v is not None
+        )
+        path = f"{req.job_path(job_id)}/telemetry" + (f"?{args}" if args else "")
+        samples = self._call("GET", path).get("samples", [])
+        return [s for s in samples if isinstance(s, dict)]
+
     def output_digests(self, job_id: str) -> list[dict[str, Any]]:
         return jobs_api.output_records(self._call("GET", req.outputs_path(job_id)))
 

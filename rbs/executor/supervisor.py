@@ -61,6 +61,7 @@ from rbs.executor.supervisor_proto import (
 )
 from rbs.executor.supervisor_run import PGID_FILE, SupervisedRun
 from rbs.executor.supervisor_start import Starter
+from rbs.executor.telemetry import Sampler, interval_from_env
 from rbs.model import LogLine
 
 log = logging.getLogger("rbs.executor.supervisor")
@@ -95,6 +96,7 @@ class Supervisor:
         self.shutting_down = False
         self._pending_lines: dict[str, list[LogLine]] = {}
         self.starter = Starter()
+        self.sampler = Sampler(interval_from_env())
         self.sel.register(self.starter.wake_r, selectors.EVENT_READ, "started")
         self.listener = self._listen()
 
@@ -146,7 +148,17 @@ class Supervisor:
                 if wake is not None and now >= wake and run not in self.starter.starting:
                     run.tick(now)
                     self._after(run)
+            if self.sampler.due(now):
+                self._sample()
             self._flush()
+
+    def _sample(self) -> None:
+        """One telemetry sample of every run started and not ended, as a SYS line."""
+        for lease_id, run in self.runs.items():
+            if run.exited is None and run.pid is not None and run not in self.starter.starting:
+                gpus = run.spec.gpus or ()
+                run._sys(self.sampler.sample(lease_id, run.cgroup, gpus, run.started_at or 0))
+        self.sampler.forget(self.runs)
 
     def _timeout(self) -> float | None:
         wakes = [w for r in self.runs.values() if (w := r.next_wake()) is not None]
@@ -156,6 +168,8 @@ class Supervisor:
             wakes.append(self.lease_until)
         if self.conn is None and self.alone_since is not None:
             wakes.append(self._linger_end())
+        if self.sampler.next_at is not None and self.runs:
+            wakes.append(self.sampler.next_at)
         if not wakes:
             return None
         return max(0.0, min(wakes) - time.monotonic()) + 0.001

@@ -39,6 +39,7 @@ from rbs.scheduler.instructions import Note
 from rbs.server import log_chunks as lc
 from rbs.server.log_chunks import CHUNK_LINES, CHUNK_RAW
 from rbs.server.log_migrate import migrate_rows
+from rbs.server.telemetry import TelemetryStore, split
 from rbs.wire.jobs_api import log_columns_payload
 from rbs.wire.workers_jobs import JobOrder, LogAck, LogBatch
 
@@ -119,6 +120,7 @@ class JobLogs:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         migrate_rows(self._db)
+        self.telemetry = TelemetryStore(self._db)  # samples: kind 1 (rbs.server.telemetry)
         self._next: dict[int, int] = {}  # job -> its next display number
         self._tail: dict[int, tuple[int, int, bytes]] = {}  # job -> last chunk (first, n, raw)
         self._runs: dict[tuple[int, RunKey], Ranges] = {}
@@ -205,6 +207,7 @@ class JobLogs:
         new, ranges = self._new_lines(job_id, list(lines))
         if not new:
             return 0
+        new, samples = split(new)  # telemetry samples take no display number
         db = self._db
         seq = self._next.get(job_id)
         last = self._last_chunk(job_id)
@@ -212,7 +215,8 @@ class JobLogs:
             seq = 1 if last is None else last[0] + last[1]
         db.execute("BEGIN")
         try:
-            tail = self._write_chunks(job_id, seq, new, last)
+            tail = self._write_chunks(job_id, seq, new, last) if new else last
+            self.telemetry.write(job_id, samples)
             db.executemany(
                 "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?)",
                 [(job_id, *key, json.dumps(r, separators=(",", ":"))) for key, r in ranges.items()],
@@ -227,7 +231,8 @@ class JobLogs:
             self._tail.pop(job_id, None)
             raise
         _remember(self._next, job_id, seq + len(new))
-        _remember(self._tail, job_id, tail, _TAILS)
+        if tail is not None:
+            _remember(self._tail, job_id, tail, _TAILS)
         for key, r in ranges.items():
             _remember(self._runs, (job_id, key), r)
         self.wake(job_id)

@@ -10,6 +10,7 @@ Routes (all JSON unless noted; errors are {"error": {"code", "message"}}):
     GET  /v1/jobs/{id}/wait?timeout=S   long poll until the job ends -> job
     GET  /v1/jobs/{id}/logs?after=&tail=&follow=1   NDJSON lines, then {"end": true}
     GET  /v1/jobs/{id}/outputs                                     -> {"outputs": [...]}
+    GET  /v1/jobs/{id}/telemetry?since=S&points=N&last=1  -> {"samples": [...]}
     POST /v1/jobs/cancel                {"ids": [...]}              -> {"cancelled": [...]}
     POST /v1/jobs/{id}/update           {"flags": {"--priority": 3}} -> job (a pending one)
     GET  /v1/queues, GET /v1/status
@@ -127,6 +128,7 @@ class JobsApi:
         r.add_get("/v1/jobs/{id}/wait", self.wait)
         r.add_get("/v1/jobs/{id}/logs", self.logs)
         r.add_get("/v1/jobs/{id}/outputs", self.outputs)
+        r.add_get("/v1/jobs/{id}/telemetry", self.telemetry)
         r.add_get("/v1/queues", self.queues)
         r.add_get("/v1/status", self.status)
         r.add_post("/v1/cas/missing", self.cas_missing)
@@ -294,6 +296,16 @@ class JobsApi:
         if ref.index is not None:
             rows = [r for r in rows if r["task"] == ref.index]
         return web.json_response(jobs_api.outputs_doc(rows))
+
+    async def telemetry(self, request: web.Request) -> web.Response:
+        from rbs.server.telemetry import query_doc
+
+        ref = _task(request.match_info["id"])
+        self.driver.state_of(ref.job_id)  # NOT_FOUND for an unknown job
+        doc = query_doc(
+            self.driver.logs.telemetry, ref.job_id, ref.index, request.query, time.time()
+        )
+        return web.json_response(doc)
 
     async def queues(self, request: web.Request) -> web.Response:
         return web.json_response(jobs_api.queues_doc(self.driver.sched.queues()))

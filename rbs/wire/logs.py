@@ -38,3 +38,9 @@ def line_from_pb(pb: w_pb2.LogLine, *, task: int | None, attempt: int, rank: int
         attempt=attempt,
         rank=rank,
     )
+
+
+# A SYS line that starts with this is a telemetry sample (JSON after it), written by the
+# worker's supervisor (rbs.executor.telemetry) and stored apart by the server
+# (rbs.server.telemetry); a job's own output is never SYS, so it cannot forge one.
+TELEMETRY_PREFIX = "\x1etelemetry "
