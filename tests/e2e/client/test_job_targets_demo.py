@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,12 @@ def test_demo_runs_the_example_job_targets(tmp_path: Path) -> None:
             text=True,
             timeout=110,
         )
+        last = run.stdout.rstrip().splitlines()[-1] if run.stdout.strip() else ""
+        url = last.rpartition(" ")[2]
+        page = ""
+        if url.startswith("http://127.0.0.1:"):  # the dashboard, before the cluster stops
+            with urllib.request.urlopen(url + "ui/jobs?history=1", timeout=30) as resp:
+                page = resp.read().decode()
     finally:
         _stop(home, env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -68,6 +75,8 @@ def test_demo_runs_the_example_job_targets(tmp_path: Path) -> None:
     assert "done: model.json has 26 weights" in out
     assert out.count("rendezvous at 127.0.0.1:") == 2  # one per attempt
     assert "rbs remote down" in out
+    assert last.startswith("Watch the demo's jobs in the dashboard (no login from this host): ")
+    assert "count_words" in page and "train_2node" in page  # the demo's jobs, no login
     assert run.stderr.count(": COMPLETED") == 2
     counts = (home / "demo-outputs/count_words/counts.txt").read_text().splitlines()
     assert counts[0].split("\t")[1] in ("the", "a")
