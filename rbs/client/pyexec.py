@@ -88,14 +88,15 @@ class JobExecutor(Executor):
         by_value: Sequence[types.ModuleType] = (),
         inputs: Sequence[str] = (),
         cwd: Path | None = None,
-        name: str = "pyexec",
+        name: str | None = None,
         **flags: Any,
     ) -> None:
         """`client` defaults to JobsClient() (RBS_REMOTE, else the embedded cluster).
         `python` is the interpreter the worker starts; `by_value` are local modules
         pickled by value (cloudpickle.register_pickle_by_value); `inputs` are staged
         as with `rbs job submit --inputs` (PATH or DEST=SRC, relative to `cwd`), and
-        the job's working directory is on the function's sys.path."""
+        the job's working directory is on the function's sys.path. Jobs are named
+        `py-FUNCTION` unless `name` (or a `name` flag) says otherwise."""
         import cloudpickle
 
         self._client = client if client is not None else JobsClient()
@@ -103,7 +104,9 @@ class JobExecutor(Executor):
         self._python = python
         self._inputs = tuple(inputs)
         self._cwd = cwd
-        self._flags: dict[str, Any] = {"name": name, **flags}
+        self._flags: dict[str, Any] = dict(flags)
+        if name is not None:
+            self._flags["name"] = name
         for module in by_value:
             cloudpickle.register_pickle_by_value(module)
         self._pending: dict[str, _Pending] = {}
@@ -189,6 +192,12 @@ class JobExecutor(Executor):
         fn_blob = cloudpickle.dumps(fn)
         calls = [cloudpickle.dumps(c) for c in chunks]
         all_flags = {**self._flags, **flags}
+        if not all_flags.get("name"):
+            # The job's name is the function's, as `rbs job list` shows it.
+            all_flags["name"] = "py-" + (
+                "".join(c for c in getattr(fn, "__name__", "") if c.isalnum() or c in "_-.")
+                or "call"
+            )
         outputs = all_flags.pop("outputs", ())
         outputs = [outputs] if isinstance(outputs, str) else list(outputs)
         all_flags["outputs"] = [pyrun.OUT_DIR, *outputs]

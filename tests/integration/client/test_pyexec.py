@@ -72,6 +72,7 @@ def test_result_comes_back(ex: JobExecutor) -> None:
     fut = ex.submit(square_plus, 7, plus=1)
     assert fut.result(timeout=RESULT_S) == 50
     assert fut.job_id.isdigit()
+    assert ex.client.show(fut.job_id).name == "py-square_plus"
 
 
 def test_remote_exception_is_raised_with_its_traceback(ex: JobExecutor) -> None:
