@@ -312,6 +312,9 @@ class JobManifest:
     # runtime; `network` "host" (the default, as for jobs outside containers) or "none".
     container: str | None = None
     network: str = "host"
+    # May be stopped for a job of a higher tier in a queue that preempts this one's
+    # (rbs.scheduler.preempt): back to PENDING, or PREEMPTED, per the queue's mode.
+    preemptible: bool = False
     api_version: str = MANIFEST_API_VERSION
 
     def __post_init__(self) -> None:

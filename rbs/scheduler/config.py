@@ -11,6 +11,9 @@ from rbs import units
 from rbs.units import SpecError
 from rbs.wire import specs
 
+PREEMPT_MODES = ("requeue", "cancel")
+QUEUE_KEYS = ("name", "priority_weight", "default_time", "max_time", "preempts", "preempt_mode")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueConfig:
@@ -20,10 +23,20 @@ class QueueConfig:
     priority_weight: int = 0
     default_time_limit: int | None = None
     max_time_limit: int | None = None
+    # The queues whose preemptible jobs this queue's jobs may preempt (of a lower tier),
+    # and what becomes of this queue's own victims: "requeue" (PENDING, attempt + 1)
+    # or "cancel" (they end PREEMPTED).
+    preempts: tuple[str, ...] = ()
+    preempt_mode: str = "requeue"
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a queue needs a name")
+        if self.preempt_mode not in PREEMPT_MODES:
+            raise ValueError(
+                f"queue {self.name}: preempt_mode {self.preempt_mode!r}: want "
+                + " or ".join(repr(m) for m in PREEMPT_MODES)
+            )
         if (
             self.default_time_limit is not None
             and self.max_time_limit is not None
@@ -81,6 +94,13 @@ class SchedulerConfig:
             raise ValueError("heartbeat_timeout and age_interval must be positive")
         if self.pass_depth < 1:
             raise ValueError(f"pass_depth {self.pass_depth} must be at least 1")
+        for q in self.queues:
+            for other in q.preempts:
+                if other not in names:
+                    raise ValueError(
+                        f"queue {q.name}: preempts unknown queue {other!r}; queues: "
+                        + ", ".join(names)
+                    )
 
     def queue(self, name: str) -> QueueConfig | None:
         for q in self.queues:
@@ -103,14 +123,15 @@ def load_scheduler_config(
         where = f"queues[{i}]"
         if not isinstance(q, Mapping) or not isinstance(q.get("name"), str):
             raise SpecError(where, q, "needs a name", '{name = "gpu", priority_weight = 10}')
-        unknown = set(q) - {"name", "priority_weight", "default_time", "max_time"}
+        unknown = set(q) - set(QUEUE_KEYS)
         if unknown:
-            raise SpecError(
-                where,
-                sorted(unknown)[0],
-                "unknown key",
-                "name, priority_weight, default_time, max_time",
-            )
+            raise SpecError(where, sorted(unknown)[0], "unknown key", ", ".join(QUEUE_KEYS))
+        preempts = q.get("preempts", [])
+        if not isinstance(preempts, list) or not all(isinstance(n, str) for n in preempts):
+            raise SpecError(f"{where}.preempts", preempts, "not a list of names", '["low"]')
+        mode = q.get("preempt_mode", "requeue")
+        if mode not in PREEMPT_MODES:
+            raise SpecError(f"{where}.preempt_mode", mode, "unknown mode", '"requeue" or "cancel"')
         queues.append(
             QueueConfig(
                 name=q["name"],
@@ -123,6 +144,8 @@ def load_scheduler_config(
                 max_time_limit=units.parse_duration(q["max_time"], f"{where}.max_time")
                 if "max_time" in q
                 else None,
+                preempts=tuple(preempts),
+                preempt_mode=mode,
             )
         )
     known = {"queues", "heartbeat_timeout", "age_interval", "durable"}

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rbs.model import UNKNOWN_USER, JobManifest, JobState, KillReason
-from rbs.scheduler import endings
+from rbs.scheduler import endings, preempt
 from rbs.scheduler import lifecycle as lc
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.events import (
@@ -176,6 +176,7 @@ class Scheduler:
                 f"{format_duration(queue.max_time_limit)}; ask for less or use another queue"
             )
         refuse_without_runtime(m, st.workers.values())
+        preempt.check_submit(cfg, m)
         pin_refusal = refusal(m, st.workers.values())
         if pin_refusal is not None:
             raise SchedulerError(pin_refusal)

@@ -95,8 +95,9 @@ def sync_ready(st: SchedState, job: Job) -> None:
             # A job no worker has room for now, reservations aside, cannot start in a
             # pass run for it, nor let anything else start (capacity did not grow): the
             # next change that frees resources runs the pass it waits for.
-            if could_start(st, job):
-                st.need_pass = True
+            queue = st.config.queue(job.manifest.queue)
+            if could_start(st, job) or (queue is not None and queue.preempts):
+                st.need_pass = True  # (a job that may preempt needs its pass too)
             elif job.state is JobState.PENDING and not st.need_pass:
                 # What that pass would have said of it.
                 lo = job.manifest.node_range[0]
@@ -282,7 +283,11 @@ def lost(st: SchedState, job: Job, run: Run, preempt: bool = False) -> None:
         end_run(st, job, run, state, KillReason.NODE_FAIL, requeue=restart, lost_worker=worker)
         return
     admin = run.ending is KillReason.REQUEUE
-    end_run(st, job, run, state, KillReason.NODE_FAIL, requeue=admin or job.manifest.requeue)
+    # A preempted run requeues unless its queue's preempt_mode is "cancel".
+    queue = st.config.queue(job.manifest.queue)
+    mode = queue.preempt_mode if queue is not None and preempt else "requeue"
+    requeue = admin or (job.manifest.requeue and mode == "requeue")
+    end_run(st, job, run, state, KillReason.NODE_FAIL, requeue=requeue)
 
 
 def end_run(

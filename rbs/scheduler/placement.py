@@ -27,6 +27,7 @@ from rbs.model import Resources
 from rbs.scheduler.lifecycle import start_run
 from rbs.scheduler.pinning import cores_free
 from rbs.scheduler.policy import Shape
+from rbs.scheduler.preempt import preempt
 from rbs.scheduler.releases import STOPPING
 from rbs.scheduler.state import Job, SchedState
 from rbs.scheduler.windows import MAINTENANCE, holds, without_windows
@@ -134,6 +135,8 @@ class Pass:
                     self.no_room.add(req)
                     self.no_room_min.append(req)
                 why = self.fail(job, room)
+                if why == "Resources" and not room:
+                    preempt(st, job)  # victims' room comes back once they have exited
                 if not pinned:
                     self.failed_min.append((job.shape, why))
                 self.nothing_fits = self._all_fail()
