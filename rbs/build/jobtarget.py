@@ -118,6 +118,7 @@ def job_spec(
     container: str = "",
     cpu_cores: str = "",
     max_iobps: str = "",
+    preemptible: bool = False,
 ) -> dict[str, Any]:
     """Check a job rule's attribute values; return the manifest's fields as JSON values.
 
@@ -213,6 +214,7 @@ def job_spec(
             outputs=outs,
             secrets=tuple(secrets),
             container=image,
+            preemptible=bool(preemptible),
             **_pinning(cpu_cores, max_iobps),
         )
     except ValueError as e:

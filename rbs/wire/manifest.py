@@ -55,8 +55,10 @@ DEFAULT_SOURCE = "default"
 CONTAINER_KEYS = ("container", "network")
 # Joblet's resource flags, present only when set (so other manifests read as before).
 PINNING_KEYS = ("cpu_cores", "max_iobps")
+# Present only when true (so other manifests read as before).
+PREEMPT_KEYS = ("preemptible",)
 _TOP_KEYS = frozenset(
-    {"apiVersion", "resources", *CONTAINER_KEYS, *PINNING_KEYS}
+    {"apiVersion", "resources", *CONTAINER_KEYS, *PINNING_KEYS, *PREEMPT_KEYS}
     | {f.split(".")[0] for f in PROVENANCE_FIELDS}
 )
 
@@ -71,6 +73,8 @@ def manifest_to_dict(m: JobManifest) -> dict[str, Any]:
         extra["cpu_cores"] = format_cores(m.cpu_cores)
     if m.max_iobps is not None:
         extra["max_iobps"] = m.max_iobps
+    if m.preemptible:
+        extra["preemptible"] = True
     return extra | {
         "apiVersion": m.api_version,
         "name": m.name,
@@ -158,7 +162,7 @@ def manifest_from_dict(data: Any) -> JobManifest:
     for key in ("min_nodes", "max_nodes"):
         if data.get(key) is not None:
             kw[key] = specs.parse_count(_typed(data, key, int), f"manifest {key}", minimum=1)
-    for key in ("elastic", "requeue"):
+    for key in ("elastic", "requeue", "preemptible"):
         if data.get(key) is not None:
             kw[key] = _typed(data, key, bool)
     if data.get("time_limit") is not None:
@@ -348,6 +352,8 @@ def apply_flags(
         elif flag == "--no-requeue":
             if value:
                 take(flag, "requeue", False)
+        elif flag == "--preemptible":
+            take(flag, "preemptible", bool(value))
         elif flag in ("--min-nodes", "--max-nodes"):
             field = flag[2:].replace("-", "_")
             take(flag, field, specs.parse_count(value, flag, 1))
@@ -363,6 +369,7 @@ def apply_flags(
                         "--gpus",
                         "--env",
                         "--no-requeue",
+                        "--preemptible",
                         "--min-nodes",
                         "--max-nodes",
                     ]
@@ -415,6 +422,7 @@ _FLAG_TYPES: dict[str, tuple[type, ...]] = {
     "--memory-gb": (str, int, float),
     "--memory": (str, int),
     "--no-requeue": (bool,),
+    "--preemptible": (bool,),
     "--env": (str, list, tuple),
     "--outputs": (str, list, tuple),
     "--secret": (str, list, tuple),
