@@ -238,7 +238,12 @@ async def start_cluster(
                 api = JobsApi(driver, store, auth, secrets)
                 api.reservations = reservations
                 api.metrics = metrics
-                api.dashboard = Dashboard(api, tls=bool(config.server.tls_cert))
+                api.dashboard = Dashboard(
+                    api,
+                    tls=bool(config.server.tls_cert),
+                    engine=engine,
+                    instances=instances.names,
+                )
                 http = await start_http(api, host, http_port, config)
             except OSError as e:
                 raise OSError(

@@ -1,4 +1,5 @@
-"""The web dashboard on the jobs API's port: /ui/jobs, /ui/jobs/{id}, /ui/workers, /ui/queues.
+"""The web dashboard on the jobs API's port: /ui/jobs, /ui/jobs/{id}, /ui/workers, /ui/queues,
+/ui/builds (rbs.server.dashboard_builds).
 
 Who may look: a login form takes the same token the CLI uses (rbs.server.tokens); the
 server keeps a session for it and sets the `rbs_session` cookie (HttpOnly,
@@ -18,7 +19,7 @@ import asyncio
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from rbs.wire.auth import Principal, Refused, Role, owner_refusal
 from rbs.wire.errors import http_error
 
 if TYPE_CHECKING:
+    from rbs.server.execution import ExecutionEngine
     from rbs.server.jobs_http import JobsApi
 
 COOKIE = "rbs_session"
@@ -60,9 +62,18 @@ def _loopback(remote: str | None) -> bool:
 
 
 class Dashboard:
-    def __init__(self, api: JobsApi, *, tls: bool = False) -> None:
+    def __init__(
+        self,
+        api: JobsApi,
+        *,
+        tls: bool = False,
+        engine: ExecutionEngine | None = None,
+        instances: Sequence[str] = ("",),
+    ) -> None:
         self.api = api
         self.tls = tls
+        self.engine = engine  # the Builds page's recent executions
+        self.instances = tuple(instances)
         self.sessions: dict[str, Session] = {}
 
     @staticmethod
@@ -89,6 +100,7 @@ class Dashboard:
         r.add_get(PREFIX + "/blobs/{digest}", self._page(self.blob))
         r.add_get(PREFIX + "/workers", self._page(self.workers))
         r.add_get(PREFIX + "/queues", self._page(self.queues))
+        r.add_get(PREFIX + "/builds", self._page(self.builds))
 
     # ---- sessions
 
@@ -363,6 +375,16 @@ class Dashboard:
     def _draining(self, w: dict[str, Any]) -> bool:
         r = self.api.reservations
         return r is not None and r.is_draining(str(w.get("worker_id", "")))
+
+    async def builds(self, request: web.Request, s: Session) -> web.StreamResponse:
+        from rbs.server import dashboard_builds as b
+
+        st = self.api.driver.hub.status()
+        f = await asyncio.to_thread(
+            b.figures, self.api.metrics, int(st.running_actions), int(st.queued_actions)
+        )
+        body = b.builds_page(f, b.recent(self.engine, self.instances))
+        return self._html(pages.layout("Builds", body, **self._who(s), live=True))
 
     async def queues(self, request: web.Request, s: Session) -> web.StreamResponse:
         doc = jobs_api.queues_doc(self.api.driver.sched.queues())

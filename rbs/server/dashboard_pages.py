@@ -51,7 +51,12 @@ def layout(title: str, body: str, *, user: str | None, csrf: str | None, live: b
             )
     nav = "".join(
         f'<a href="/ui/{p}">{label}</a>'
-        for p, label in (("jobs", "Jobs"), ("workers", "Workers"), ("queues", "Queues"))
+        for p, label in (
+            ("jobs", "Jobs"),
+            ("workers", "Workers"),
+            ("queues", "Queues"),
+            ("builds", "Builds"),
+        )
     )
     toggle = (
         '<label class="note"><input type="checkbox" id="live" checked> live</label>' if live else ""

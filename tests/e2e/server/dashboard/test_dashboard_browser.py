@@ -183,7 +183,7 @@ def test_dashboard_in_chromium(
     assert "CANCELLED" in summary and not b.find_elements(By.ID, "cancel")
     b.save_screenshot(str(shots / "job-cancelled.png"))
 
-    for page, marker in (("workers", "workers"), ("queues", "queues")):
+    for page, marker in (("workers", "workers"), ("queues", "queues"), ("builds", "executions")):
         b.get(f"{base}/ui/{page}")
         _until(b, f"the {page} table", lambda d, m=marker: d.find_elements(By.ID, m))
         assert _external(b, base) == []
