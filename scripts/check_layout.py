@@ -49,6 +49,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 ROOT_PACKAGE = "rbs"
 GENERATED_PACKAGE = "_proto"
+# The names `rbs` itself offers (`rbs.JobExecutor`), each imported on first use inside the
+# root's module-level `__getattr__`, so `import rbs` stays free: the root package imports
+# nothing else, and these lazy imports make no edge (the root sits below everything).
+ROOT_EXPORTS: dict[str, str] = {"JobExecutor": "rbs.client.pyexec"}
 
 # Arrows that are wrong whatever LAYERS says, each with the reason to print. Some are
 # already implied by the layers; listing them here gives the author a plainer message.
@@ -192,9 +196,26 @@ def resolve_from(module: Module, node: ast.ImportFrom) -> str | None:
     return ".".join([*base, node.module] if node.module else base)
 
 
+def root_lazy_nodes(module: Module) -> set[int]:
+    """The ids of the nodes inside the root package's module-level `__getattr__`."""
+    if module.name != ROOT_PACKAGE:
+        return set()
+    return {
+        id(node)
+        for func in module.tree.body
+        if isinstance(func, ast.FunctionDef) and func.name == "__getattr__"
+        for node in ast.walk(func)
+    }
+
+
 def statement_imports(module: Module, known: Mapping[str, Module]) -> Iterator[Import]:
-    """Every `import` and `from ... import` in the module that names an rbs module."""
+    """Every `import` and `from ... import` in the module that names an rbs module (but a
+    root export's lazy import: ROOT_EXPORTS)."""
+    lazy = root_lazy_nodes(module)
+    exports = set(ROOT_EXPORTS.values())
     for node in module.nodes:
+        if id(node) in lazy and isinstance(node, ast.ImportFrom) and node.module in exports:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if is_internal(alias.name):

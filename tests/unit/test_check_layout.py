@@ -282,6 +282,37 @@ def test_root_package_imports_nothing(tmp_path: Path) -> None:
     assert arrow.path == "rbs/__init__.py"
 
 
+LAZY_ROOT = (
+    "def __getattr__(name):\n"
+    "    if name == 'JobExecutor':\n"
+    "        from {module} import JobExecutor\n"
+    "        return JobExecutor\n"
+    "    raise AttributeError(name)\n"
+)
+
+
+def test_root_export_is_imported_lazily_without_an_edge(tmp_path: Path) -> None:
+    files = {
+        "rbs/__init__.py": LAZY_ROOT.format(module="rbs.client.pyexec"),
+        "rbs/client/__init__.py": "",
+        "rbs/client/pyexec.py": "import rbs\nclass JobExecutor: ...\n",
+    }
+    plant(tmp_path, files)
+    assert found(tmp_path, "arrow") == [] and found(tmp_path, "cycle") == []
+
+
+def test_root_may_import_lazily_only_its_exports(tmp_path: Path) -> None:
+    plant(tmp_path, {"rbs/__init__.py": LAZY_ROOT.format(module="rbs.model")})
+    [arrow] = found(tmp_path, "arrow")
+    assert arrow.path == "rbs/__init__.py" and "imports nothing" in arrow.message
+
+
+def test_root_export_imported_at_module_level_is_an_arrow(tmp_path: Path) -> None:
+    plant(tmp_path, {"rbs/__init__.py": "from rbs.client.pyexec import JobExecutor\n"})
+    [arrow] = found(tmp_path, "arrow")
+    assert arrow.path == "rbs/__init__.py"
+
+
 def test_unknown_package(tmp_path: Path) -> None:
     plant(tmp_path, {"rbs/jobs/__init__.py": '"""Jobs."""\n', "rbs/jobs/x.py": "import rbs.cas\n"})
     [unknown] = found(tmp_path, "unknown-package")

@@ -77,7 +77,7 @@ def test_defaults_run_on_the_embedded_cluster(home: Path, monkeypatch: pytest.Mo
 
 NOTEBOOK_CELL = """
 import sys
-from rbs.client import JobExecutor
+from rbs import JobExecutor
 
 def shout(word):
     return word.upper() + "!"
