@@ -75,14 +75,14 @@ def _charts(samples: Sequence[Mapping[str, Any]]) -> None:
                     xs.append(float(s["t"]))
                     ys.append(float(g["util"]))
         charts.append((f"GPU {gid} use (%)", xs, ys))
+    fig = plt.figure  # plotext 6's figure API
     for title, xs, ys in charts:
-        plt.clear_figure()
-        plt.plotsize(width, CHART_HEIGHT)
-        plt.theme("clear")
-        plt.plot([x - t0 for x in xs], ys, marker="braille")
-        plt.title(title)
-        plt.xlabel("seconds since " + time.strftime("%H:%M:%S", time.localtime(t0)))
-        plt.show()
+        fig.clear()
+        fig.plot_size(width, CHART_HEIGHT)
+        fig.draw(fig.signal([x - t0 for x in xs], ys, marker="braille").lines())
+        fig.title(title)
+        fig.label("seconds since " + time.strftime("%H:%M:%S", time.localtime(t0)), axis="x")
+        fig.show()
     print("latest: " + latest_line(samples[-1]))
 
 
