@@ -44,6 +44,7 @@ from rbs.executor.supervisor_proto import (
     Exited,
     Forget,
     FrameReader,
+    Input,
     KillRun,
     Lines,
     ListRuns,
@@ -53,6 +54,7 @@ from rbs.executor.supervisor_proto import (
     RunInfo,
     Runs,
     Shutdown,
+    SignalRun,
     Started,
     StartRun,
     decode,
@@ -214,6 +216,8 @@ class Supervisor:
             if what == "pidfd":
                 if run.pidfd == key.fd:
                     run.reap()
+            elif what == "stdin":
+                self._feed(run, None)
             elif key.fd in run.pipes and run.read(key.fd) < 0:
                 run.pipe_closed()
             self._after(run)
@@ -234,6 +238,9 @@ class Supervisor:
 
     def _after(self, run: SupervisedRun) -> None:
         """Send a run's Exited once it has one (after its last lines)."""
+        if run.exited is not None and run.stdin is not None and run.stdin.fd is not None:
+            self._unwatch(run.stdin.fd)
+            run.stdin.close()
         if run.exited is not None and not run.reported:
             run.reported = True
             self._send_lines(run.spec.lease_id)
@@ -332,6 +339,15 @@ class Supervisor:
                 st.kill = st.kill or (msg.reason, msg.message)
             elif run is not None and run.exited is None:
                 run.kill(msg.reason, msg.message, run.spec.grace_s, now)
+        elif isinstance(msg, Input | SignalRun):
+            run = self.runs.get(msg.lease_id)
+            if run is None or run.exited is not None or run in self.starter.starting:
+                return  # input before the start or after the end has nobody to read it
+            if isinstance(msg, SignalRun):
+                if run.pid is not None and run.kill_reason is None:
+                    run._signal(msg.signal)
+            elif run.stdin is not None:
+                self._feed(run, msg)
         elif isinstance(msg, Renew):
             self.lease_until, self.lease_grace = msg.until, msg.grace_s
             for lease_id, seq in msg.acked.items():
@@ -347,6 +363,18 @@ class Supervisor:
             self.shutting_down = True
             for lease_id in [k for k, r in self.runs.items() if r.exited is not None]:
                 del self.runs[lease_id]
+
+    def _feed(self, run: SupervisedRun, msg: Input | None) -> None:
+        """Input for a run's stdin (`msg` None: the rest); its pipe polled while bytes wait."""
+        feed = run.stdin
+        assert feed is not None
+        fd, was = feed.fd, feed.pending
+        feed.flush() if msg is None else feed.feed(msg.data, msg.eof)
+        if was and (not feed.pending or feed.fd is None) and fd is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(fd)
+        elif feed.pending and not was and feed.fd is not None:
+            self.sel.register(feed.fd, selectors.EVENT_WRITE, (run, "stdin"))
 
     def _info(self, run: SupervisedRun) -> RunInfo:
         return RunInfo(

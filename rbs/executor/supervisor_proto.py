@@ -7,7 +7,7 @@ table), the other keys are that class's fields. Standard library only: the super
 starts in a fresh interpreter and must start fast.
 
 Requests (daemon -> supervisor): `StartRun`, `KillRun`, `Renew`, `ListRuns`, `Forget`,
-`Shutdown`.
+`Shutdown`, and for an interactive run `Input` (its stdin) and `SignalRun`.
 Events (supervisor -> daemon): `Started`, `Lines`, `Exited`, `Runs`.
 """
 
@@ -80,6 +80,9 @@ class RunSpec:
     uid: int | None = None
     # A container run (rbs.executor.containers): engine, image id, network; argv runs it.
     container: Mapping[str, Any] | None = None
+    # The run's stdin is a pipe the supervisor feeds from `Input` requests (an
+    # interactive job, docs/design/interactive.md); otherwise it reads /dev/null.
+    stdin: bool = False
     # Reserved, refused when set (see the class docstring).
     pty: bool = False
     # Pinned cores (cpuset) and the read and write bytes/s cap on the device of `cwd`
@@ -144,6 +147,25 @@ class Shutdown:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Input:
+    """Bytes for an interactive run's stdin (`data`: base64); `eof` closes it after them."""
+
+    kind: ClassVar[str] = "input"
+    lease_id: str
+    data: str = ""
+    eof: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalRun:
+    """Send `signal` (a number, e.g. SIGINT) to a running run's processes."""
+
+    kind: ClassVar[str] = "signal"
+    lease_id: str
+    signal: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Started:
     kind: ClassVar[str] = "started"
     lease_id: str
@@ -199,11 +221,35 @@ class Runs:
 
 
 Message = (
-    StartRun | KillRun | Renew | ListRuns | Forget | Shutdown | Started | Lines | Exited | Runs
+    StartRun
+    | KillRun
+    | Renew
+    | ListRuns
+    | Forget
+    | Shutdown
+    | Input
+    | SignalRun
+    | Started
+    | Lines
+    | Exited
+    | Runs
 )
 KINDS: dict[str, type[Any]] = {
     c.kind: c
-    for c in (StartRun, KillRun, Renew, ListRuns, Forget, Shutdown, Started, Lines, Exited, Runs)
+    for c in (
+        StartRun,
+        KillRun,
+        Renew,
+        ListRuns,
+        Forget,
+        Shutdown,
+        Input,
+        SignalRun,
+        Started,
+        Lines,
+        Exited,
+        Runs,
+    )
 }
 
 

@@ -31,10 +31,13 @@ from rbs.executor import jobsecrets, procs, runlimits, runuser
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, NullCgroup
 from rbs.executor.joblog import LineSplitter, LogSpool
 from rbs.executor.supervisor_proto import Exited, RunSpec
+from rbs.executor.supervisor_stdin import StdinFeed
 from rbs.model import LogLine, LogStream
 
 RETRY_S = 0.5  # how often a run whose spool is full tries again
 SHIM = 'cd -- "$0" || exit 125; read -r _ || exit 125; exec </dev/null; exec "$@"'
+# An interactive run keeps the go-ahead pipe as its stdin (sh's read takes only "go\n").
+SHIM_STDIN = 'cd -- "$0" || exit 125; read -r _ || exit 125; exec "$@"'
 READ_CHUNK = 64 * 1024
 # Without a pidfd, how often to ask whether the job has exited.
 POLL_FALLBACK_S = 0.05
@@ -91,6 +94,7 @@ class SupervisedRun:
         self.retry_at: float | None = None
         self._pending_exit: Exited | None = None
         self.user = runuser.Seat(spec.users, spec.cwd)  # its uid, when the worker has some
+        self.stdin: StdinFeed | None = None  # an interactive run's (spec.stdin)
 
     # ---- log lines --------------------------------------------------------------
 
@@ -227,7 +231,8 @@ class SupervisedRun:
         go_r, go_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        argv = self.user.wrap(["/bin/sh", "-c", SHIM, spec.cwd, *spec.argv])
+        shim = SHIM_STDIN if spec.stdin else SHIM
+        argv = self.user.wrap(["/bin/sh", "-c", shim, spec.cwd, *spec.argv])
         try:
             pid = os.posix_spawn(
                 argv[0],
@@ -239,6 +244,7 @@ class SupervisedRun:
                     (os.POSIX_SPAWN_DUP2, err_w, 2),
                 ],
                 setsid=True,
+                setsigdef=(signal.SIGINT, signal.SIGPIPE),  # the supervisor ignores them
             )
         except OSError as e:
             for fd in (go_r, go_w, out_r, out_w, err_r, err_w):
@@ -255,7 +261,10 @@ class SupervisedRun:
             os.close(err_r)
             return f"cannot move the job into its cgroup: {e}"
         os.write(go_w, b"go\n")
-        os.close(go_w)
+        if spec.stdin:
+            self.stdin = StdinFeed(go_w)
+        else:
+            os.close(go_w)
         self.pid = pid
         self.started_at = time.time()
         self._start_mono = time.monotonic()
