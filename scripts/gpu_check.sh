@@ -1,50 +1,62 @@
 #!/usr/bin/env bash
-# GPU telemetry check, for a machine with an NVIDIA GPU, its driver and nvidia-ml-py
-# (pip install -e '.[gpu]'). In a temporary folder it starts a server and one worker that
-# samples every second, runs a job pinned to one GPU that keeps it busy for about 20 s
-# (torch when the job's python has it, else an nvidia-smi query loop), prints
-# `rbs job telemetry --json` and checks that a sample has a GPU with nonzero use or memory.
-# Exit 0: checked; 1: no GPU field was nonzero (or a step failed); 77: not a GPU machine.
-# Usage: scripts/gpu_check.sh [GPU_ID]   (RBS, PYTHON: the rbs and python to use)
-set -euo pipefail
-gpu=${1:-0}
-RBS=${RBS:-rbs}
-PY=${PYTHON:-python3}
-command -v nvidia-smi >/dev/null || { echo "gpu_check: no nvidia-smi: not a GPU machine"; exit 77; }
-"$PY" -c 'import pynvml' 2>/dev/null || { echo "gpu_check: $PY has no nvidia-ml-py (pip install nvidia-ml-py)"; exit 77; }
-
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-wait_file() {  # FILE WHAT LOG: up to 120 s
-    for _ in $(seq 1 240); do
-        [ -s "$1" ] && return 0
-        sleep 0.5
-    done
-    echo "gpu_check: no $2 after 120 s; its log:"; tail -n 30 "$3"; exit 1
-}
-
-"$RBS" remote serve --port 0 --data-dir "$tmp/data" --ready-file "$tmp/server.json" \
-    >"$tmp/server.log" 2>&1 &
-pids+=($!)
-wait_file "$tmp/server.json" "server" "$tmp/server.log"
-port=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["port"])' "$tmp/server.json")
-server="127.0.0.1:$port"
-
-"$RBS" remote worker --server "$server" --work-dir "$tmp/worker" --gpus "$gpu" \
-    --telemetry-interval 1 --ready-file "$tmp/worker.json" >"$tmp/worker.log" 2>&1 &
-pids+=($!)
-wait_file "$tmp/worker.json" "worker" "$tmp/worker.log"
-
-burn='
+# GPU check for rbs on a machine with NVIDIA GPUs and no network: the worker finds the
+# GPUs with nvidia-smi, a `--gpus 1` job gets CUDA_VISIBLE_DEVICES pinned and torch
+# sees exactly that card, a second GPU job waits (PENDING Resources) until the card is
+# free, and a request larger than any worker is refused at submit. Then telemetry: a job
+# that burns its GPU (torch if the job's python has it, else an nvidia-smi loop) for
+# 15 s, sampled every second; `rbs job telemetry --json` must show a GPU with nonzero
+# use or memory (NVML through nvidia-ml-py: put its wheel in $WHEELS too).
+#
+# Wheels for that machine's Python go in $WHEELS (default .gpucheck/wheels), e.g.:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --platform manylinux2014_x86_64 --implementation cp -d .gpucheck/wheels \
+#     grpcio==1.85.3 protobuf==7.36.2 googleapis-common-protos blake3 zstandard click rich \
+#     aiohttp multidict yarl propcache frozenlist aiosignal aiohappyeyeballs attrs idna \
+#     markdown-it-py mdurl Pygments typing_extensions nvidia-ml-py
+# Run from the repository root with OUT set to a folder for the logs.
+set -u
+cd "$(dirname "$0")/.."
+WHEELS=${WHEELS:-.gpucheck/wheels}
+export PYTHONPATH=$PWD
+python3 --version; nvidia-smi -L
+python3 -m venv --system-site-packages /tmp/v >/dev/null
+/tmp/v/bin/pip install -q --no-index --find-links "$WHEELS" grpcio==1.85.3 protobuf==7.36.2 googleapis-common-protos blake3 zstandard click rich aiohttp 2>&1 | tail -2
+/tmp/v/bin/pip install -q --no-index --find-links "$WHEELS" nvidia-ml-py 2>&1 | tail -1
+PY=/tmp/v/bin/python
+R="$PY -m rbs"
+$PY -c "import rbs.server.cluster, rbs.executor.worker; print('imports ok')"
+$R remote serve --port 0 --data-dir /tmp/srv --ready-file /tmp/srv.ready > $OUT/server.log 2>&1 &
+for i in $(seq 200); do [ -f /tmp/srv.ready ] && break; sleep 0.1; done
+PORT=$($PY -c "import json;print(json.load(open('/tmp/srv.ready'))['port'])")
+export RBS_REMOTE=127.0.0.1:$PORT
+$R remote worker --server $RBS_REMOTE --work-dir /tmp/wk --telemetry-interval 1 --ready-file /tmp/wk.ready > $OUT/worker.log 2>&1 &
+for i in $(seq 300); do [ -f /tmp/wk.ready ] && break; sleep 0.1; done
+echo "== rbs remote status"; $R remote status
+$R remote status --json > $OUT/status.json
+echo "== a GPU job"
+J1=$($R job submit --name gpu1 --gpus 1 --time 5m -- sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; nvidia-smi -L; python3 -c "import torch; print(\"torch sees\", torch.cuda.device_count(), torch.cuda.get_device_name(0)); x=torch.randn(4096,4096,device=\"cuda\"); print(\"matmul ok\", float((x@x).sum())!=0)"')
+echo "job $J1"
+echo "== a second GPU job while the first holds the only card: it must wait"
+J2=$($R job submit --name gpu2 --gpus 1 --time 5m -- sh -c 'echo second CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES')
+$R job show $J2 --json | $PY -c "import json,sys; d=json.load(sys.stdin); print('job2 while job1 runs:', d['state'], d['reason'])"
+echo "== a job asking for more GPUs than any worker has"
+$R job submit --gpus 2 -- true; echo "rc=$?"
+$R job wait $J1 $J2 --timeout 240
+echo "== logs $J1"; $R job logs $J1
+echo "== logs $J2"; $R job logs $J2
+$R job show $J1 --json > $OUT/job1.json
+$R job show $J2 --json > $OUT/job2.json
+$PY - <<'PYEOF'
+import json, os
+a = json.load(open(os.environ["OUT"] + "/job1.json")); b = json.load(open(os.environ["OUT"] + "/job2.json"))
+print("job1", a["state"], a["start_time"], a["end_time"], a["runs"])
+print("job2", b["state"], b["start_time"], b["end_time"])
+print("job2 started after job1 ended:", b["start_time"] >= a["end_time"])
+PYEOF
+echo "== telemetry of a job that burns its GPU"
+J3=$($R job submit --name gpuburn --gpus 1 --time 5m -- python3 -c '
 import subprocess, time
-end = time.time() + 20
+end = time.time() + 15
 try:
     import torch
     x = torch.randn(8192, 8192, device="cuda")
@@ -56,18 +68,20 @@ except ImportError:
     while time.time() < end:
         subprocess.run(["nvidia-smi", "-q", "-d", "UTILIZATION"], stdout=subprocess.DEVNULL)
     print("no torch: polled the GPU with nvidia-smi")
-'
-job=$("$RBS" job submit --server "$server" --gpus 1 --time 5m -- "$PY" -c "$burn")
-echo "gpu_check: job $job on GPU $gpu"
-"$RBS" job wait --server "$server" "$job" || true
-"$RBS" job logs --server "$server" "$job" | tail -n 5
-"$RBS" job telemetry --server "$server" --json "$job" | tee "$tmp/telemetry.jsonl"
-"$PY" - "$tmp/telemetry.jsonl" <<'PYEOF'
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+')
+$R job wait $J3 --timeout 240
+$R job logs $J3 | tail -n 3
+$R job telemetry $J3 --json > $OUT/telemetry.jsonl
+$R job show $J3 | grep Telemetry
+$PY - <<'PYEOF'
+import json, os
+rows = [json.loads(line) for line in open(os.environ["OUT"] + "/telemetry.jsonl") if line.strip()]
 gpus = [g for r in rows for g in r.get("gpus", [])]
 busy = [g for g in gpus if g.get("util", 0) > 0 or g.get("mem", 0) > 0]
-print(f"gpu_check: {len(rows)} samples, {len(gpus)} GPU readings, {len(busy)} nonzero;",
-      "peak use", max((g.get("util", 0) for g in gpus), default=None), "%")
-sys.exit(0 if busy else 1)
+print(f"telemetry: {len(rows)} samples, {len(gpus)} GPU readings, {len(busy)} nonzero, peak use",
+      max((g.get("util", 0) for g in gpus), default=None), "%")
+print("GPU telemetry nonzero:", bool(busy))
 PYEOF
+cp /tmp/wk/*.log $OUT/ 2>/dev/null
+kill %1 %2 2>/dev/null
+wait
