@@ -351,7 +351,15 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--no-fifo", action="store_true", help="skip the FIFO comparison")
     parser.add_argument("--no-curves", action="store_true", help="skip the size curves")
+    parser.add_argument(
+        "--preempt", action="store_true", help="only how long preemption takes to free a node"
+    )
     args = parser.parse_args()
+    if args.preempt:
+        from sched_preempt import main as preempt_main  # bench/sched_preempt.py
+
+        preempt_main([])
+        return
 
     print(f"memory per pending job (core, 20,000 pending): {memory_per_pending(20_000):,.0f} B")
     if not args.no_curves:

@@ -14,8 +14,10 @@ A gang is stopped whole, since stopping a run stops every rank. The next pass, o
 the victims have exited, places the job as usual. What becomes of a victim is its own
 queue's `preempt_mode` (rbs.scheduler.lifecycle.lost).
 
-Cost: O(runs on the candidate workers) per preempting job, and only for jobs whose
-queue preempts some queue; a pass then closes the job's shape as for any failure.
+Cost: O(runs on the workers examined) per preempting job, and only for jobs whose
+queue preempts some queue; at most `SCAN_BUDGET` workers that could hold the job are
+examined (the first registered), so the fewest victims are those among them. A pass
+then closes the job's shape as for any failure.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from rbs.scheduler.workers import WorkerCapacity
 
 # Candidates per worker searched exactly for the fewest victims; beyond, greedily.
 EXACT_UP_TO = 10
+# Workers that could hold the job examined per preemption, in registration order: what
+# bounds its cost on a large cluster (the fewest victims are found among these).
+SCAN_BUDGET = 64
 MAX_CHANGES = 50
 
 Free = tuple[int, int, int, int]  # cpu millis, memory bytes, GPUs, job slots
@@ -115,11 +120,15 @@ def preempt(st: SchedState, job: Job) -> bool:
     my_tier = tier(cfg, m)
     need: Free = (res.cpu_millis, res.memory_bytes, res.gpus, 1)
     options: list[tuple[int, int, str, list[Run]]] = []
+    examined = 0
     for w in st.workers.values():
         if not (w.alive and w.reachable and w.could_ever_fit(res)):
             continue
         if m.container is not None and not w.containers:
             continue
+        examined += 1
+        if examined > max(SCAN_BUDGET, lo):
+            break
         found = _worker_victims(st, w, need, my_tier, queue.preempts)
         if found is not None:
             cost = sum(tier(cfg, st.jobs[r.job_id].manifest) for r in found)
