@@ -17,6 +17,7 @@ import click
 from click.core import ParameterSource
 
 from rbs.cli.job_reserve import reservations, reserve
+from rbs.cli.job_resubmit import RESUBMIT_FLAGS, resubmit_job
 from rbs.cli.job_submit import (
     COMMON_FLAGS,
     FLAG,
@@ -192,6 +193,14 @@ def _flags_after_target(
         merged[name] = (*params[name], *value) if repeated else value
     merged["command"] = (*again.params["command"], *rest[cut + 1 :])
     return merged
+
+
+@job.command("resubmit", epilog=EPILOG)
+@_options(RESUBMIT_FLAGS)
+@click.argument("job_id", metavar="ID")
+def resubmit(**params: Any) -> None:
+    """Run a job's manifest and input root again, byte for byte; flags override it."""
+    _done("resubmit", lambda: resubmit_job(params))
 
 
 @job.command("show")

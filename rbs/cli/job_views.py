@@ -4,7 +4,7 @@ rbs.cli.job_table)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -95,6 +95,7 @@ def print_show(info: JobInfo) -> None:
         row("Deadline", _when(m["deadline"]) + " (cancelled unless started by then)", "deadline")
     if m.get("input_root"):
         row("Inputs", m["input_root"], "input_root")
+    _origin_rows(prov, row)
     if m.get("outputs"):
         row("Outputs", ", ".join(m["outputs"]), "outputs")
     if m.get("env"):
@@ -123,6 +124,20 @@ def print_show(info: JobInfo) -> None:
         row("Changed", f"{c['action']} by {c['by']} at {_when(c['time'])}")
     console.print(t)
     _print_attempts(console, r.get("history") or [])
+
+
+def _origin_rows(prov: Mapping[str, str], row: Callable[..., None]) -> None:
+    """Where a job came from: its target, git commit (dirty or not), manifest digest."""
+    if prov.get("origin.target"):
+        rev = prov.get("origin.rev")
+        row("Target", prov["origin.target"] + (f"@{rev}" if rev else ""))
+    if prov.get("origin.commit"):
+        dirty = prov.get("origin.dirty") == "true"
+        row("Commit", prov["origin.commit"] + ("  (dirty tree)" if dirty else "  (clean tree)"))
+    if prov.get("origin.manifest"):
+        row("Manifest", prov["origin.manifest"])
+    if prov.get("origin.resubmit_of"):
+        row("Resubmit of", f"job {prov['origin.resubmit_of']}")
 
 
 def _print_attempts(console: Console, history: Sequence[Mapping[str, Any]]) -> None:

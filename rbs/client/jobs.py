@@ -191,6 +191,8 @@ class JobsClient:
             from rbs.wire.manifest import apply_flags
 
             m, prov = apply_flags(manifest, provenance, cli_flags, command=command, input_root=root)
+            # Where the job came from (rbs.client.versioned: target, commit, manifest).
+            prov |= {k: v for k, v in (provenance or {}).items() if k.startswith("origin.")}
             return self.submit_manifest(m, prov, secrets)
         # The server layers the flags (apply_flags) and answers a bad value naming its flag.
         body = req.submit_flags_body(command, cli_flags, root, req.new_request_id())

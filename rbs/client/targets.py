@@ -25,12 +25,36 @@ from rbs.model import Digest, JobManifest
 
 
 def build_job_target(target: str, *, cwd: Path | None = None) -> tuple[JobManifest, dict[str, str]]:
-    """Build a job target; return its manifest (as the build wrote it) and provenance."""
-    from rbs.build.jobtarget import job_targets, manifest_path, target_provenance
-    from rbs.wire.manifest import manifest_from_json
+    """Build a job target; return its manifest (as the build wrote it) and provenance.
+
+    `//pkg:target@REV` builds it as of git revision REV (rbs.client.versioned). The
+    provenance holds, beside each field's source, the origin keys: the target label,
+    the manifest's digest, and the workspace's git commit and dirtiness.
+    """
+    from rbs.client import versioned
 
     root, package = workspace_of(cwd or Path.cwd())
-    label = parse_target_label(target, package)
+    text, rev = versioned.split_rev(target)
+    label = parse_target_label(text, package)
+    if rev is None:
+        manifest, prov = _build_in(root, label)
+        return manifest, prov | versioned.git_state(root)
+    commit = versioned.resolve_rev(root, target, rev)
+    with versioned.worktree_at(root, commit) as tree:
+        manifest, prov = _build_in(tree, label)
+    print(f"rbs: built {label} as of {rev} ({commit[:12]})", file=sys.stderr)
+    return manifest, prov | {
+        versioned.COMMIT_KEY: commit,
+        versioned.DIRTY_KEY: "false",
+        versioned.REV_KEY: rev,
+    }
+
+
+def _build_in(root: Path, label: Any) -> tuple[JobManifest, dict[str, str]]:
+    from rbs.build.jobtarget import job_targets, manifest_path, target_provenance
+    from rbs.client.versioned import MANIFEST_KEY, TARGET_KEY, manifest_digest
+    from rbs.wire.manifest import manifest_from_json
+
     _result, graph = build_target(root, label)
     if label not in job_targets(graph, [label]):
         info = graph.targets[label]
@@ -45,7 +69,8 @@ def build_job_target(target: str, *, cwd: Path | None = None) -> tuple[JobManife
     except OSError as e:
         raise JobError(f"{label}: cannot read its manifest {path}: {e.strerror}") from None
     print(f"rbs: built {label} -> {manifest_path(label)}", file=sys.stderr)
-    return manifest, target_provenance(label)
+    origin = {TARGET_KEY: str(label), MANIFEST_KEY: str(manifest_digest(manifest))}
+    return manifest, target_provenance(label) | origin
 
 
 # ---------------------------------------------------------------- staging

@@ -1,0 +1,192 @@
+"""Versioned job targets: provenance (target, git commit, manifest digest), `rbs job
+resubmit` from anywhere, inputs gone from the cluster, and `//pkg:target@REV`."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from jobs_harness import JobCluster
+from jobtarget_ws import CAT_JOB, write_ws
+
+from rbs.cas.digests import digest_from_pb
+from rbs.cas.tree import read_directory
+from rbs.cli.job import job as job_group
+from rbs.cli.job_views import print_show
+from rbs.client.jobs import JobError, JobsClient
+from rbs.client.resubmit import job_manifest, resubmit
+from rbs.client.targets import build_job_target, stage_manifest_inputs
+from rbs.client.versioned import manifest_digest
+from rbs.model import Digest
+
+
+def git(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def git_ws(root: Path) -> Path:
+    write_ws(root, CAT_JOB)
+    (root / ".gitignore").write_text("rbs-out/\n.rbs/\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "first")
+    return root
+
+
+def out_lines(client: JobsClient, job: str) -> list[str]:
+    return [x.text for x in client.logs(job) if x.stream == "out"]
+
+
+def submit_target(client: JobsClient, root: Path, target: str = "//app:job") -> str:
+    manifest, prov = build_job_target(target, cwd=root)
+    stage_manifest_inputs(client, manifest, cwd=root)
+    return client.submit(None, manifest=manifest, provenance=prov)
+
+
+def test_provenance_records_target_commit_dirtiness_and_manifest_digest(
+    cluster: JobCluster,
+    client: JobsClient,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = git_ws(tmp_path / "ws")
+    head = git(root, "rev-parse", "HEAD")
+    job = submit_target(client, root)
+    assert cluster.wait(job).ok
+    built, _ = build_job_target("//app:job", cwd=root)
+    prov = client.show(job).raw["provenance"]
+    assert prov["origin.target"] == "//app:job"
+    assert prov["origin.commit"] == head and prov["origin.dirty"] == "false"
+    assert prov["origin.manifest"] == str(manifest_digest(built))
+    monkeypatch.setenv("COLUMNS", "240")
+    print_show(client.show(job))
+    shown = capsys.readouterr().out
+    assert "//app:job" in shown and f"{head}  (clean tree)" in shown
+    assert str(manifest_digest(built)) in shown
+    # An uncommitted edit makes the tree dirty; the build outputs (rbs-out/) never do.
+    (root / "app/data.txt").write_text("edited\n")
+    dirty = submit_target(client, root)
+    assert client.show(dirty).raw["provenance"]["origin.dirty"] == "true"
+
+
+def test_resubmit_from_another_folder_runs_the_same_manifest_and_inputs(
+    cluster: JobCluster, client: JobsClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = git_ws(tmp_path / "ws")
+    job = submit_target(client, root)
+    assert cluster.wait(job).ok
+    # The workspace may change or go: the cluster holds what the job needs.
+    (root / "app/data.txt").write_text("changed later\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    again = resubmit(client, job)
+    assert cluster.wait(again).ok
+    first, first_prov = job_manifest(client, job)
+    second, second_prov = job_manifest(client, again)
+    assert second.input_root == first.input_root and second.input_root is not None
+    assert manifest_digest(second) == manifest_digest(first)
+    assert second_prov["origin.manifest"] == first_prov["origin.manifest"]
+    assert second_prov["origin.resubmit_of"] == job
+    assert out_lines(client, again) == ["hello args=a1 attempt=1", "the data"]
+    # Through the CLI, with an override layered on top.
+    res = CliRunner().invoke(
+        job_group, ["resubmit", job, "--server", cluster.address, "--priority", "9"]
+    )
+    assert res.exit_code == 0, res.output
+    third = res.output.strip().splitlines()[-1]
+    raw = client.show(third).raw
+    assert raw["manifest"]["priority"] == 9 and raw["provenance"]["priority"] == "flag --priority"
+    assert raw["manifest"]["input_root"] == str(first.input_root)
+
+
+def _file_digest(cluster: JobCluster, root: Digest, path: str) -> Digest:
+    assert cluster.server is not None
+    store = cluster.server.parts.store
+    d = root
+    *dirs, name = path.split("/")
+    for part in dirs:
+        msg = read_directory(store, d)
+        d = next(digest_from_pb(c.digest, root.function) for c in msg.directories if c.name == part)
+    msg = read_directory(store, d)
+    return next(digest_from_pb(f.digest, root.function) for f in msg.files if f.name == name)
+
+
+def test_resubmit_after_eviction_names_the_missing_input(
+    cluster: JobCluster, client: JobsClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = git_ws(tmp_path / "ws")
+    job = submit_target(client, root)
+    assert cluster.wait(job).ok
+    manifest, _ = job_manifest(client, job)
+    assert manifest.input_root is not None
+    gone = _file_digest(cluster, manifest.input_root, "app/data.txt")
+    assert cluster.server is not None
+    assert cluster.server.parts.store.delete(gone)  # what eviction does
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(JobError) as e:
+        resubmit(client, job)
+    text = str(e.value)
+    assert "app/data.txt" in text and "keep_inputs" in text
+    assert "rbs job submit //app:job@" in text
+    res = CliRunner().invoke(job_group, ["resubmit", job, "--server", cluster.address])
+    assert res.exit_code == 2 and "app/data.txt" in res.output
+    # From the workspace, whose build store still has the blob, it is staged again.
+    monkeypatch.chdir(root)
+    again = resubmit(client, job)
+    assert cluster.wait(again).ok
+    assert out_lines(client, again) == ["hello args=a1 attempt=1", "the data"]
+
+
+def test_target_at_rev_builds_the_old_content_in_a_removed_worktree(
+    cluster: JobCluster, client: JobsClient, tmp_path: Path
+) -> None:
+    root = git_ws(tmp_path / "ws")
+    old = git(root, "rev-parse", "HEAD")
+    (root / "app/data.txt").write_text("the new data\n")
+    git(root, "commit", "-q", "-am", "second")
+    job = submit_target(client, root, "//app:job@HEAD~1")
+    assert cluster.wait(job).ok
+    assert out_lines(client, job) == ["hello args=a1 attempt=1", "the data"]
+    prov = client.show(job).raw["provenance"]
+    assert prov["origin.commit"] == old and prov["origin.rev"] == "HEAD~1"
+    assert prov["origin.dirty"] == "false"
+    # The worktree is gone, and the checkout is untouched.
+    assert len(git(root, "worktree", "list").splitlines()) == 1
+    assert (root / "app/data.txt").read_text() == "the new data\n"
+    assert git(root, "status", "--porcelain") == ""
+    new = submit_target(client, root)
+    assert cluster.wait(new).ok
+    assert out_lines(client, new) == ["hello args=a1 attempt=1", "the new data"]
+    # And a job built at REV can be resubmitted from anywhere too.
+    again = resubmit(client, job, cwd=tmp_path)
+    assert cluster.wait(again).ok
+    assert out_lines(client, again) == ["hello args=a1 attempt=1", "the data"]
+
+
+def test_rev_outside_a_git_work_tree_is_refused_naming_the_forms(tmp_path: Path) -> None:
+    root = write_ws(tmp_path / "plain", CAT_JOB)
+    with pytest.raises(JobError) as e:
+        build_job_target("//app:job@HEAD~1", cwd=root)
+    text = str(e.value)
+    assert "//app:job@HEAD~1" in text and "not in a git work tree" in text
+    assert "//pkg:target@REV" in text
+    ws = git_ws(tmp_path / "ws")
+    with pytest.raises(JobError) as e:
+        build_job_target("//app:job@no-such-rev", cwd=ws)
+    assert "'no-such-rev' is not a commit, branch or tag" in str(e.value)
+    with pytest.raises(JobError) as e:
+        build_job_target("//app:job@", cwd=ws)
+    assert "empty revision" in str(e.value)
