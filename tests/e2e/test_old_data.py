@@ -188,6 +188,16 @@ def test_job_logs_give_the_same_lines(old: OldHome, job: str) -> None:
     assert_recorded(EXPECT["logs_json"][job], _lines(r.stdout), f"job {job} logs")
 
 
+def test_jobs_from_before_telemetry_have_none_and_show_still_works(old: OldHome) -> None:
+    job = ENDED[0]
+    r = rbs(old.home, "job", "telemetry", job, "--json")
+    assert (r.returncode, r.stdout) == (0, ""), r.stderr
+    r = rbs(old.home, "job", "show", job)
+    assert r.returncode == 0, r.stderr
+    assert "Telemetry" not in r.stdout
+    assert r.stdout.split()[:2] == ["Job", job]
+
+
 def test_job_outputs_fetch_the_same_bytes(old: OldHome, tmp_path: Path) -> None:
     for job, files in EXPECT["outputs"].items():
         dest = tmp_path / f"job-{job}"
