@@ -97,7 +97,7 @@ class Dashboard:
         r.add_get(PREFIX + "/jobs/{id}", self._page(self.job))
         r.add_get(PREFIX + "/jobs/{id}/log", self._page(self.log))
         r.add_post(PREFIX + "/jobs/{id}/cancel", self._page(self.cancel))
-        r.add_get(PREFIX + "/blobs/{digest}", self._page(self.blob))
+        r.add_get(PREFIX + "/blobs/{fn}/{hash}/{size}", self._page(self.blob))
         r.add_get(PREFIX + "/workers", self._page(self.workers))
         r.add_get(PREFIX + "/queues", self._page(self.queues))
         r.add_get(PREFIX + "/builds", self._page(self.builds))
@@ -341,12 +341,8 @@ class Dashboard:
         raise web.HTTPSeeOther(f"{PREFIX}/jobs/{job_id}")
 
     async def blob(self, request: web.Request, s: Session) -> web.StreamResponse:
-        from rbs.model import Digest
-
-        try:
-            d = Digest.parse(request.match_info["digest"])
-        except ValueError as exc:
-            raise web.HTTPBadRequest(text=str(exc)) from None
+        mi = request.match_info
+        d = req.blob_digest(mi["fn"], mi["hash"], mi["size"])  # a bad one: 400, naming it
         name = request.query.get("name", "blob").rsplit("/", 1)[-1] or "blob"
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
         f = await asyncio.to_thread(self.api.store.open, d)

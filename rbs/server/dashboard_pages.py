@@ -276,7 +276,7 @@ def job_page(
     files = []
     for label, entries in outputs:
         items = "".join(
-            f'<li><a href="/ui/blobs/{quote(d)}?name={quote(path)}">{e(path)}</a> '
+            f'<li><a href="/ui/blobs/{quote(d.replace(":", "/", 1))}?name={quote(path)}">{e(path)}</a> '
             f'<span class="note">{size:,} bytes</span></li>'
             for path, d, size in entries
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -50,11 +51,18 @@ def test_builds_page_counts_executions_and_cache_hits(tmp_path: Path) -> None:
                 ac.GetActionResult(miss, timeout=30)
             assert err.value.code() == grpc.StatusCode.NOT_FOUND
         url = f"http://127.0.0.1:{c.port + 1}/ui/builds"
-        with urllib.request.urlopen(url, timeout=30) as resp:  # no login on 127.0.0.1
-            page = resp.read().decode()
+        # A call is counted once the server has sent its answer, so the client can read
+        # the page a moment before the miss lands: read until both are in, within a bound.
+        deadline = time.monotonic() + 30
+        while True:
+            with urllib.request.urlopen(url, timeout=30) as resp:  # no login on 127.0.0.1
+                page = resp.read().decode()
+            figures = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]*)</dd>", page))
+            if "of 2 lookups" in figures["Action cache hits"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
     finally:
         c.stop()
-    figures = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]*)</dd>", page))
     assert figures["Actions running"] == "0" and figures["Actions queued"] == "0"
     assert figures["Action cache hits"] == "50.0% of 2 lookups"
     # As /metrics reads it: the store's walk is cached for a minute (rbs.server.metrics).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,3 +149,24 @@ def test_login_cookie_csrf_and_ownership(auth_cluster: tuple[AuthCluster, dict[s
     assert "Cancel this job" in page
     assert admin.post(f"/ui/jobs/{bobs}/cancel", {"csrf": admin.csrf(page)})[0] == 200
     assert cluster.wait(bobs).state == "CANCELLED"
+
+
+def test_outputs_are_listed_with_download_links(cluster: JobCluster) -> None:
+    client = cluster.client()
+    script = "mkdir -p res; echo first > out.txt; printf 'x%.0s' $(seq 1 5000) > res/big.bin"
+    job = client.submit(["sh", "-c", script], outputs=["out.txt", "res/"])
+    assert cluster.wait(job).state == "COMPLETED"
+    b = Browser(base(cluster))
+    _, _, page = b.get(f"/ui/jobs/{job}")
+    outputs = page.split('id="outputs"')[1]
+    links = dict(
+        (name, href.replace("&amp;", "&"))
+        for href, name in re.findall(r'<a href="(/ui/blobs/[^"]+)">([^<]+)</a>', outputs)
+    )
+    assert set(links) == {"out.txt", "res/big.bin"}, outputs
+    status, _, body = b.get(links["out.txt"])
+    assert (status, body) == (200, "first\n")
+    status, _, body = b.get(links["res/big.bin"])
+    assert status == 200 and body == "x" * 5000
+    status, _, body = b.get("/ui/blobs/blake3/not-a-hash/12")
+    assert status == 400 and "not-a-hash" in body
