@@ -384,7 +384,12 @@ class Dashboard:
 
     async def queues(self, request: web.Request, s: Session) -> web.StreamResponse:
         doc = jobs_api.queues_doc(self.api.driver.sched.queues())
-        body = pages.queues_page(doc["queues"])
+        from rbs.server.reservations import window_doc
+
+        r = self.api.reservations
+        windows = [] if r is None else [window_doc(w) for w in r.windows.values()]
+        windows.sort(key=lambda w: w["start"])
+        body = pages.queues_page(doc["queues"], windows)
         return self._html(pages.layout("Queues", body, **self._who(s), live=True))
 
 

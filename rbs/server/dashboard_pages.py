@@ -326,7 +326,25 @@ def workers_page(status: Mapping[str, Any], draining: set[str], now: float) -> s
     )
 
 
-def queues_page(queues: Sequence[Mapping[str, Any]]) -> str:
+def reservations_table(windows: Sequence[Mapping[str, Any]]) -> str:
+    """Maintenance reservations and drains (rbs.server.reservations.window_doc)."""
+    rows = "".join(
+        f"<tr><td>{e(w['name'])}</td><td>{e(when(w['start']))}</td>"
+        f"<td>{e(when(w['end']) if w['end'] else 'until resumed')}</td>"
+        f"<td>{e(', '.join(w['workers']) or 'every worker')}</td><td>{e(w['reason'])}</td></tr>"
+        for w in windows
+    )
+    return (
+        '<h2>Reservations</h2><table id="reservations"><tr><th>Name</th><th>Start</th>'
+        "<th>End</th><th>Workers</th><th>Reason</th></tr>"
+        + (rows or '<tr><td colspan="5" class="note">No reservation.</td></tr>')
+        + "</table>"
+    )
+
+
+def queues_page(
+    queues: Sequence[Mapping[str, Any]], windows: Sequence[Mapping[str, Any]] = ()
+) -> str:
     rows = "".join(
         f'<tr><td><a href="{e(jobs_query({}, queue=q["name"]))}">{e(q["name"])}</a></td>'
         f'<td class="num">{e(q["priority_weight"])}</td>'
@@ -342,5 +360,7 @@ def queues_page(queues: Sequence[Mapping[str, Any]]) -> str:
         '<th class="num">Pending jobs</th><th class="num">Running jobs</th>'
         '<th class="num">Pending tasks</th><th class="num">Running tasks</th></tr>'
         + rows
-        + "</table></div>"
+        + "</table>"
+        + reservations_table(windows)
+        + "</div>"
     )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +79,22 @@ def test_open_cluster_pages_follow_and_cancel(cluster: JobCluster) -> None:
     _, _, queues = b.get("/ui/queues")
     queue = client.show(done).queue
     assert f'href="/ui/jobs?queue={queue}"' in queues
+    assert "No reservation." in queues
+    body = json.dumps(
+        {
+            "name": "maint-1",
+            "start": time.time() + 3600,
+            "end": time.time() + 7200,
+            "workers": [],
+            "reason": "kernel upgrade",
+        }
+    ).encode()
+    r = urllib.request.Request(f"{base(cluster)}/v1/reservations", data=body, method="POST")
+    with urllib.request.urlopen(r, timeout=30) as resp:
+        assert resp.status == 200
+    _, _, queues = b.get("/ui/queues")
+    table = queues.split('id="reservations"')[1]
+    assert "maint-1" in table and "every worker" in table and "kernel upgrade" in table
     for p in (page, workers, queues, log):
         assert external_refs(p) == []
 
