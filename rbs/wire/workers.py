@@ -113,6 +113,7 @@ def manifest_to_proto(m: JobManifest) -> jobs_pb2.JobManifest:
     )
     if m.max_iobps is not None:
         pb.max_iobps = m.max_iobps
+    pb.preemptible = m.preemptible
     if m.input_root is not None:
         pb.input_root.CopyFrom(digest_to_pb(m.input_root))
         pb.input_root_digest_function = function_to_pb(m.input_root.function)
@@ -188,6 +189,7 @@ def manifest_from_proto(pb: jobs_pb2.JobManifest) -> JobManifest:
             secrets=tuple(pb.secrets),
             cpu_cores=parse_cores(pb.cpu_cores, "manifest cpu_cores") if pb.cpu_cores else (),
             max_iobps=pb.max_iobps if pb.HasField("max_iobps") else None,
+            preemptible=pb.preemptible,
             array=_array(pb),
             dependencies=tuple(_dependency(i, d) for i, d in enumerate(pb.dependencies)),
             **_optional_fields(pb),

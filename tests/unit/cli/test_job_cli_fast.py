@@ -32,6 +32,7 @@ SAME = [
     ["submit", "--secret", "HF_TOKEN", "--secret=KEY=@key.txt", "--", "x"],
     ["submit", "--cpu-cores", "0-3,6", "--max-iobps=10M", "--", "x"],
     ["submit", "--begin", "tomorrow 09:00", "--schedule=30m", "--", "x"],
+    ["submit", "--preemptible", "--queue", "low", "--", "x"],
 ]
 
 DEFER = [

@@ -153,6 +153,7 @@ def _full() -> JobManifest:
         deadline=1700000100.5,
         container="localhost/img@sha256:abababababababababababababababababababababababababababababababab",
         network="none",
+        preemptible=True,
     )
 
 
