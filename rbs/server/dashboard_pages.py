@@ -234,15 +234,18 @@ def job_page(
     )
     res = job["resources"]
     prov = job.get("provenance") or {}
+    # Provenance names a resource `resources.cpu`; the document's resources say `cpu`.
     resources = (
-        "<table><tr><th>Resource</th><th>Value</th><th>From</th></tr>"
+        '<table id="resource-table"><tr><th>Resource</th><th>Value</th><th>From</th></tr>'
         + "".join(
-            f"<tr><td>{e(k)}</td><td>{e(v)}</td><td>{e(prov.get(k, ''))}</td></tr>"
+            f"<tr><td>{e(k)}</td><td>{e(v)}</td>"
+            f"<td>{e(prov.get(f'resources.{k}', prov.get(k, '')))}</td></tr>"
             for k, v in res.items()
         )
         + "</table>"
     )
-    others = [(k, v) for k, v in prov.items() if k not in res]
+    shown = {f"resources.{k}" for k in res} | set(res)
+    others = [(k, v) for k, v in prov.items() if k not in shown]
     if others:
         resources += "<h3>Other settings and where they came from</h3>" + _dl(others)
     attempts = "".join(

@@ -42,7 +42,7 @@ def test_open_cluster_pages_follow_and_cancel(cluster: JobCluster) -> None:
     client = cluster.client()
     done = client.submit(["sh", "-c", "echo hello-dashboard; echo oops >&2"], name="greet")
     cluster.wait(done)
-    sleeper = client.submit(["sh", "-c", "echo started; sleep 300"], name="sleeper")
+    sleeper = client.submit(["sh", "-c", "echo started; sleep 300"], name="sleeper", cpus=2)
     b = Browser(base(cluster))
 
     status, path, page = b.get("/")  # no login on 127.0.0.1: straight to the jobs
@@ -67,6 +67,9 @@ def test_open_cluster_pages_follow_and_cancel(cluster: JobCluster) -> None:
     wait_for("the sleeper to run", lambda: client.show(sleeper).state == "RUNNING" or None)
     _, _, page = b.get(f"/ui/jobs/{sleeper}")
     assert "Cancel this job" in page
+    resources = page.split('id="resource-table"')[1].split("</table>")[0]
+    assert re.search(r"<td>cpu</td><td>2</td><td>flag --cpus</td>", resources), resources
+    assert re.search(r"<td>memory</td><td>[^<]+</td><td>default</td>", resources), resources
     status, _, _ = b.post(f"/ui/jobs/{sleeper}/cancel", {"csrf": "forged"})
     assert status == 403
     assert client.show(sleeper).state == "RUNNING"
