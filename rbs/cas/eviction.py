@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rbs.model import DigestFunction
 
@@ -48,6 +48,14 @@ class EvictableStore(Protocol):
     def max_size(self) -> int | None: ...
     @property
     def lease(self) -> float: ...
+
+
+@runtime_checkable
+class Pinning(Protocol):
+    """A store some of whose blobs are kept whatever their age (the server keeps the
+    input trees of jobs in history: rbs.server.input_pins)."""
+
+    def pinned(self) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,7 +197,9 @@ def collect(store: EvictableStore, target: int | None, now: float | None = None)
     start = lease_start(store, now)
     leased_bytes = sum(e.size for e in scanned if e.has_blob and e.last_use >= start)
     if target is not None and total > target:
-        for e in sorted((e for e in scanned if e.has_blob and e.last_use < start), key=_lru):
+        keep = store.pinned() if isinstance(store, Pinning) else frozenset()
+        old = (e for e in scanned if e.has_blob and e.last_use < start and e.name not in keep)
+        for e in sorted(old, key=_lru):
             if total <= target:
                 break
             if _evict(store, e, start):

@@ -1,7 +1,7 @@
 """`rbs job resubmit ID`: run a job's manifest and input root again, from anywhere.
 
 The cluster keeps every job's manifest (with its input root's digest) and provenance,
-and its CAS keeps the input trees of jobs in history for `[jobs] keep_inputs`. So a
+and its CAS keeps the input trees of jobs in history for `[cas] keep_inputs`. So a
 resubmit needs no checkout: it reads the job back, layers the given flags over its
 manifest, asks the environment again for the secrets it names, and submits it. When
 the tree is gone from the cluster but a build store here still has it, its missing
@@ -77,7 +77,7 @@ def _gone_message(job_id: str, root: Digest, gone: list[str], prov: Mapping[str,
         again = f"rebuild it: rbs job submit {target} (from its workspace)"
     return (
         f"job {job_id}: the cluster no longer has {what}; they were evicted after the "
-        f"[jobs] keep_inputs time of the server. To run it again, {again}"
+        f"[cas] keep_inputs time of the server. To run it again, {again}"
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rbs.cas.disk import DiskStore
-from rbs.cas.eviction import GcResult
+from rbs.cas.eviction import GcResult, Pinning
 from rbs.model import Digest
 
 
@@ -30,6 +30,11 @@ class CountingDiskStore(DiskStore):
         self.lookup_misses = 0
         self.evicted_blobs = 0
         self.evicted_bytes = 0
+        # What eviction keeps whatever its age (rbs.server.input_pins.InputPins.pinned).
+        self.pins: Pinning | None = None
+
+    def pinned(self) -> frozenset[str]:
+        return self.pins.pinned() if self.pins is not None else frozenset()
 
     def find_missing(self, digests: Iterable[Digest]) -> list[Digest]:
         asked = {d for d in digests if d.size}

@@ -21,6 +21,7 @@ REAPI tests need neither).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -37,6 +38,7 @@ from rbs.server.config import Config
 from rbs.server.dashboard import Dashboard
 from rbs.server.execution import ExecutionEngine, ExecutionLimits
 from rbs.server.grpc_server import RunningServer, start_grpc
+from rbs.server.input_pins import InputPins
 from rbs.server.instances import Instances
 from rbs.server.job_driver import JobDriver
 from rbs.server.jobs_http import JobsApi, start_http
@@ -81,6 +83,25 @@ def open_store(config: Config) -> BlobStore:
     if swept:
         log.info("removed %d unfinished upload(s) left by an earlier run", swept)
     return store
+
+
+def _keep_inputs(
+    stack: contextlib.AsyncExitStack, store: BlobStore, driver: JobDriver, keep: int
+) -> None:
+    """Keep the input trees of jobs in history from eviction (rbs.server.input_pins)."""
+    if not isinstance(store, CountingDiskStore):
+        return
+    pins = InputPins(store, keep)
+    store.pins = pins
+    pins.scan(driver)
+    task = asyncio.get_running_loop().create_task(pins.follow(driver))
+
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(stop)
 
 
 def hub_config_of(config: Config) -> HubConfig:
@@ -202,6 +223,7 @@ async def start_cluster(
             driver.run_env = secrets.wrap(base_env)
             driver.start()
             stack.push_async_callback(driver.stop)
+            _keep_inputs(stack, store, driver, config.cas.keep_inputs)
             secrets.start()
             stack.push_async_callback(secrets.stop)
             reservations = Reservations(data_dir, driver)

@@ -18,6 +18,7 @@ flags override the file:
     max_size = "50Gi"           # evict least recently used blobs above this (sizes: rbs.units)
     max_batch_size = "4Mi"      # the batch limit advertised to clients
     lease = 10800               # seconds after its last use that a blob is never evicted
+    keep_inputs = "7d"          # a job's input tree is never evicted this long (resubmit)
 
     [execution]                 # workers and actions (rbs.server.exec_config)
     heartbeat_timeout = 30
@@ -53,7 +54,7 @@ from rbs.model import DigestFunction
 from rbs.scheduler.config import SchedulerConfig, load_scheduler_config
 from rbs.server.edge_config import GrpcConfig, HttpConfig, load_edge_table
 from rbs.server.exec_config import ExecutionConfig, load_execution_config
-from rbs.units import SpecError, parse_size
+from rbs.units import SpecError, parse_duration, parse_size
 from rbs.wire.limits import DEFAULT_BATCH_SIZE, MESSAGE_HEADROOM
 
 DEFAULT_PORT = 8980
@@ -105,6 +106,9 @@ class CasConfig:
     # Seconds after its last use during which a blob is never evicted (Bazel's
     # remote cache assumes about 3 h).
     lease: int = 3 * 3600
+    # Seconds after its submission during which a job's input tree is never evicted, so
+    # that `rbs job resubmit` finds it (rbs.server.input_pins).
+    keep_inputs: int = 7 * 86400
 
     def __post_init__(self) -> None:
         if self.max_size is not None and self.max_size <= 0:
@@ -213,6 +217,13 @@ def _convert(section: str, key: str, value: Any) -> Any:
         return tuple(value)
     if key == "digest_functions":
         return parse_digest_functions(value, where)
+    if key == "keep_inputs":
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise ConfigError(f"{where} must be a duration such as 7d or 12h, got {value!r}")
+        try:
+            return parse_duration(value, where, minimum=0)
+        except SpecError as e:
+            raise ConfigError(f"invalid {e}") from None
     if key in ("port", "lease"):
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{where} must be an integer, got {value!r}")

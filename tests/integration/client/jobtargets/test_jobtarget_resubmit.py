@@ -3,6 +3,7 @@ resubmit` from anywhere, inputs gone from the cluster, and `//pkg:target@REV`.""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from rbs.client.resubmit import job_manifest, resubmit
 from rbs.client.targets import build_job_target, stage_manifest_inputs
 from rbs.client.versioned import manifest_digest
 from rbs.model import Digest
+from rbs.server.cas_metrics import CountingDiskStore
+from rbs.server.config import CasConfig, ConfigError, config_from_dict
+from rbs.server.input_pins import InputPins
 
 
 def git(root: Path, *args: str) -> str:
@@ -190,3 +194,52 @@ def test_rev_outside_a_git_work_tree_is_refused_naming_the_forms(tmp_path: Path)
     with pytest.raises(JobError) as e:
         build_job_target("//app:job@", cwd=ws)
     assert "empty revision" in str(e.value)
+
+
+@pytest.mark.parametrize("keep", [3600, 0])
+def test_inputs_of_jobs_in_history_are_kept_from_eviction_for_keep_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: int
+) -> None:
+    cluster = JobCluster(tmp_path / "server", serve=False)
+    try:
+        # No lease: only [cas] keep_inputs stands between the job's tree and eviction.
+        cas = CasConfig(lease=0, keep_inputs=keep)
+        cluster.config = dataclasses.replace(cluster.config, cas=cas)
+        cluster.start_server()
+        cluster.add_worker(tmp_path / "w1")
+        client = cluster.client()
+        root = git_ws(tmp_path / "ws")
+        job = submit_target(client, root)
+        assert cluster.wait(job).ok
+        assert cluster.server is not None
+        store = cluster.server.parts.store
+        assert isinstance(store, CountingDiskStore) and store.pins is not None
+        pins, driver = store.pins, cluster.server.driver
+
+        async def scan() -> None:  # what the server's loop does every SCAN_INTERVAL
+            assert isinstance(pins, InputPins)
+            pins.scan(driver)
+
+        cluster.call(scan())
+        store.gc(target=0)
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        if keep:
+            again = resubmit(client, job)
+            assert cluster.wait(again).ok
+            assert out_lines(client, again) == ["hello args=a1 attempt=1", "the data"]
+        else:
+            with pytest.raises(JobError) as e:
+                resubmit(client, job)
+            assert "no longer has its whole input tree" in str(e.value)
+    finally:
+        cluster.stop()
+
+
+def test_keep_inputs_reads_a_duration_and_names_a_bad_one() -> None:
+    assert config_from_dict({"cas": {"keep_inputs": "7d"}}).cas.keep_inputs == 7 * 86400
+    assert config_from_dict({"cas": {"keep_inputs": 0}}).cas.keep_inputs == 0
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"cas": {"keep_inputs": "forever"}})
+    assert "[cas] keep_inputs" in str(e.value)
