@@ -180,13 +180,21 @@ def test_target_at_rev_builds_the_old_content_in_a_removed_worktree(
     assert out_lines(client, again) == ["hello args=a1 attempt=1", "the data"]
 
 
-def test_rev_outside_a_git_work_tree_is_refused_naming_the_forms(tmp_path: Path) -> None:
+def test_rev_outside_a_git_work_tree_is_refused_naming_the_forms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = write_ws(tmp_path / "plain", CAT_JOB)
     with pytest.raises(JobError) as e:
         build_job_target("//app:job@HEAD~1", cwd=root)
     text = str(e.value)
     assert "//app:job@HEAD~1" in text and "not in a git work tree" in text
     assert "//pkg:target@REV" in text
+    # The command line says the same, before it looks for a cluster, with no traceback.
+    monkeypatch.chdir(root)
+    res = CliRunner().invoke(job_group, ["submit", "//app:job@HEAD~1"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "rbs job submit: error: //app:job@HEAD~1" in res.output
+    assert "not in a git work tree" in res.output
     ws = git_ws(tmp_path / "ws")
     with pytest.raises(JobError) as e:
         build_job_target("//app:job@no-such-rev", cwd=ws)
