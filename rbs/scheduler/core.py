@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rbs.model import UNKNOWN_USER, JobManifest, JobState, KillReason
-from rbs.scheduler import endings, preempt
+from rbs.scheduler import endings, preempt, restoring
 from rbs.scheduler import lifecycle as lc
+from rbs.scheduler.compaction import forget_ended, known
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.events import (
     Cancel,
@@ -66,16 +67,22 @@ class Snapshot:
     jobs: tuple[JobRecord, ...]
     tasks: tuple[TaskRecord, ...]
     workers: tuple[WorkerRecord, ...]
+    ended: tuple[tuple[int, JobState], ...] = ()  # the ended jobs forgotten (compaction.py)
 
 
 class Scheduler:
     """Slurm-style job scheduling as a pure state machine."""
 
     def __init__(
-        self, config: SchedulerConfig | None = None, *, validate: bool | None = None
+        self,
+        config: SchedulerConfig | None = None,
+        *,
+        validate: bool | None = None,
+        forget_ended: bool = False,
     ) -> None:
         self.config = config or SchedulerConfig()
         self.validate = self.config.validate if validate is None else validate
+        self.forget_ended = forget_ended  # drop ended jobs once unneeded (compaction.py)
         self._st = SchedState(self.config)
 
     # ---- driving
@@ -94,6 +101,8 @@ class Scheduler:
             self._dispatch(event)
         if st.need_pass:
             schedule(st)
+        if self.forget_ended:
+            forget_ended(st)
         if self.validate:
             check_invariants(st)
         return st.flush()
@@ -185,7 +194,7 @@ class Scheduler:
                 f"--array {m.array}: {m.array.size} tasks exceed the limit of {cfg.max_array_size}"
             )
         for dep in m.dependencies:
-            if dep.job_id not in st.jobs:
+            if not known(st, dep.job_id):
                 raise SchedulerError(f"--deps {dep}: unknown job id {dep.job_id}")
         self._check_fits(m)
         job = Job(st.next_id, m, tuple(sorted(provenance)), limit, st.now)
@@ -224,6 +233,8 @@ class Scheduler:
     def _check_targets(self, targets: Iterable[TaskRef]) -> None:
         for t in targets:
             job = self._st.jobs.get(t.job_id)
+            if job is None and t.job_id in self._st.ended:
+                continue  # ended and forgotten: a cancel or requeue has nothing to do
             if job is None:
                 raise SchedulerError(f"unknown job id {t}")
             if t.index is not None:
@@ -237,16 +248,16 @@ class Scheduler:
                     )
 
     def _runs_of(self, target: TaskRef) -> list[Run]:
-        job = self._st.jobs[target.job_id]
-        if target.index is None:
-            return list(job.runs.values())
+        job = self._st.jobs.get(target.job_id)
+        if job is None or target.index is None:
+            return list(job.runs.values()) if job else []
         run = job.runs.get(target.index)
         return [run] if run is not None else []
 
     def _cancel(self, target: TaskRef, by: str = UNKNOWN_USER) -> None:
         st = self._st
-        job = st.jobs[target.job_id]
-        if job.state.terminal:
+        job = st.jobs.get(target.job_id)
+        if job is None or job.state.terminal:
             return
         action = "cancel" if target.index is None else f"cancel {target}"
         change = JobChange(action=action, by=by, at=st.now)
@@ -365,13 +376,14 @@ class Scheduler:
             lc.worker_lost(st, worker)
         while st.deadlines and st.deadlines[0][0] <= now:
             deadline, job_id, raw, attempt = heapq.heappop(st.deadlines)
-            run = st.jobs[job_id].runs.get(raw)
+            held = st.jobs.get(job_id)
+            run = held.runs.get(raw) if held else None
             if run is not None and run.attempt == attempt and run.deadline == deadline:
                 lc.stop_run(st, run, KillReason.TIMEOUT)
         while st.begin_heap and st.begin_heap[0][0] <= now:
             _, job_id = heapq.heappop(st.begin_heap)
-            job = st.jobs[job_id]
-            if not job.state.terminal and job.reason == "BeginTime":
+            job = st.jobs.get(job_id)
+            if job is not None and not job.state.terminal and job.reason == "BeginTime":
                 job.eligible_time = now
                 st.touch(job)
                 lc.sync_ready(st, job)
@@ -390,6 +402,7 @@ class Scheduler:
                 )
             ),
             workers=tuple(st.workers[w].record() for w in sorted(st.workers)),
+            ended=tuple(st.ended.items()),
         )
 
     @classmethod
@@ -402,46 +415,18 @@ class Scheduler:
         workers: Iterable[WorkerRecord],
         now: float,
         validate: bool | None = None,
+        ended: Iterable[tuple[int, JobState, int | None]] = (),
+        forget_ended: bool = False,
     ) -> Scheduler:
-        """Rebuild a scheduler from journal rows (active task rows suffice).
-
-        Workers come back as they were; each gets a full heartbeat timeout from `now` to
-        reconnect and report, so runs placed there stay RUNNING until it does, or are
-        requeued when it does not. Nothing is started twice.
-        """
-        sched = cls(config, validate=validate)
-        st = sched._st
-        st.now = now
-        st.ready.advance(now)
-        for wrec in workers:
-            st.add_worker(WorkerCapacity(wrec, now))
-        for jrec in sorted(jobs, key=lambda r: r.job_id):
-            st.jobs[jrec.job_id] = Job.from_record(jrec)
-            st.next_id = max(st.next_id, jrec.job_id + 1)
-            st.unfinished += not jrec.state.terminal
-            if jrec.parent is not None:
-                st.children[jrec.parent] = st.children.get(jrec.parent, 0) + 1
-        for trec in tasks:
-            run = Run.from_record(trec)
-            job = st.jobs[trec.job_id]
-            if trec.state.terminal or trec.state is JobState.PENDING:
-                st.draining[run.key] = run
-            else:
-                job.runs[job.raw_of(run.index)] = run
-                st.push_deadline(job, run)
-            for node in run.live_nodes:
-                st.workers[node.worker_id].adopt(run.node_key(node.rank), node)
-            st.sync_release(run)
-        for job in st.jobs.values():
-            if not job.state.terminal:
-                reason = job.reason
-                lc.admit(st, job)
-                job.reason = reason
-        st.dirty_jobs.clear()
-        st.dirty_workers.clear()
-        st.need_pass = True
+        """Rebuild a scheduler from journal rows (active task rows suffice): see
+        rbs/scheduler/restoring.py. `ended` holds (job id, final state, parent) of the
+        ended jobs to keep as their final state only (`forget_ended`)."""
+        sched = cls(config, validate=validate, forget_ended=forget_ended)
+        restoring.fill(sched._st, jobs=jobs, tasks=tasks, workers=workers, ended=ended, now=now)
+        if forget_ended:  # ended jobs loaded for an attempt still stopping: theirs to go
+            sched._st.ended.waiting.update(j.id for j in sched._st.jobs.values())
         if sched.validate:
-            check_invariants(st)
+            check_invariants(sched._st)
         return sched
 
     # ---- views
@@ -480,7 +465,12 @@ class Scheduler:
         return task_view(self._st, job, index)
 
     def job_ids(self) -> list[int]:
+        """The jobs the core holds (not those ended and forgotten: see `job_states`)."""
         return sorted(self._st.jobs)
+
+    def job_states(self) -> dict[int, JobState]:
+        """Every job's state, those ended and forgotten included."""
+        return dict(self._st.ended.items()) | {j.id: j.state for j in self._st.jobs.values()}
 
     def queues(self) -> list[QueueView]:
         return queue_views(self._st)

@@ -16,6 +16,7 @@ def check_invariants(st: SchedState) -> None:
     live = sum(1 for w in st.workers.values() if w.alive)
     _require(st.live_workers == live, f"{st.live_workers} workers counted up, {live} are")
     for job in st.jobs.values():
+        _require(job.id not in st.ended, f"job {job.id} is held and forgotten at once")
         pool = job.pool
         total = job.manifest.array.size if job.manifest.array is not None else 1
         accounted = pool.pending + len(job.runs) + pool.finished

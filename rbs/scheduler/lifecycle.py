@@ -7,6 +7,7 @@ import logging
 
 from rbs.model import DepKind, JobState, KillReason
 from rbs.scheduler import endings
+from rbs.scheduler.compaction import state_of
 from rbs.scheduler.instructions import Start
 from rbs.scheduler.state import Job, Run, SchedState
 from rbs.scheduler.workers import WorkerCapacity
@@ -28,7 +29,7 @@ def dependency_status(st: SchedState, job: Job) -> str:
     """'ok' when every dependency holds, 'never' when one never can, else 'wait'."""
     status = "ok"
     for dep in job.manifest.dependencies:
-        target = st.jobs[dep.job_id].state
+        target = state_of(st, dep.job_id)
         if not target.terminal:
             status = "wait"
         elif (dep.kind is DepKind.AFTEROK and target is not JobState.COMPLETED) or (
@@ -66,7 +67,9 @@ def expire_deadlines(st: SchedState) -> None:
     """Cancel the jobs whose --deadline passed before any of their tasks started."""
     while st.expiry_heap and st.expiry_heap[0][0] <= st.now:
         _, job_id = heapq.heappop(st.expiry_heap)
-        job = st.jobs[job_id]
+        job = st.jobs.get(job_id)
+        if job is None:
+            continue  # ended and forgotten
         if not job.state.terminal and job.start_time is None and not job.runs:
             cancel_pending_job(st, job, DEADLINE_EXPIRED)
             st.need_pass = True
@@ -118,8 +121,8 @@ def on_terminal(st: SchedState, job: Job) -> None:
     while work:
         ended = work.pop()
         for dep_id in st.dependents.pop(ended, []):
-            dependent = st.jobs[dep_id]
-            if dependent.state.terminal or dependent.reason != "Dependency":
+            dependent = st.jobs.get(dep_id)  # None: it ended (cancelled) and was forgotten
+            if dependent is None or dependent.state.terminal or dependent.reason != "Dependency":
                 continue
             status = dependency_status(st, dependent)
             if status == "never":

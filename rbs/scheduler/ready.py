@@ -46,8 +46,11 @@ class ReadyQueue(Generic[J]):
         self._entries: dict[int, _Entry[J]] = {}
         self._streams: tuple[dict[Shape, SortedList], dict[Shape, SortedList]] = ({}, {})
         self._heads: tuple[SortedList, SortedList] = (SortedList(), SortedList())
-        # Growing jobs by eligible step, to move them to the capped kind in step order.
-        self._by_step: dict[int, list[J]] = {}
+        # Growing jobs' ids by eligible step, to move them to the capped kind in step
+        # order, and how many of each step are still queued: a step whose jobs all left
+        # goes, and one mostly left is pruned, so jobs gone (ended) are not kept here.
+        self._by_step: dict[int, list[int]] = {}
+        self._live: dict[int, int] = {}
         self._steps: list[int] = []
         self._walking = False
         self._deferred: list[_Entry[J]] = []
@@ -86,7 +89,8 @@ class ReadyQueue(Generic[J]):
             if bucket is None:
                 bucket = self._by_step[step] = []
                 heapq.heappush(self._steps, step)
-            bucket.append(job)
+            bucket.append(job.id)
+            self._live[step] = self._live.get(step, 0) + 1
         self._entries[job.id] = entry
         self.shape_counts[job.shape] = self.shape_counts.get(job.shape, 0) + 1
         if self._walking:
@@ -98,6 +102,8 @@ class ReadyQueue(Generic[J]):
         entry = self._entries.pop(job_id, None)
         if entry is None:
             return
+        if entry[3] == _GROWING:
+            self._left(entry[0] + self._weight(entry[4]))
         shape = entry[4].shape
         if self.shape_counts[shape] == 1:
             del self.shape_counts[shape]
@@ -117,15 +123,35 @@ class ReadyQueue(Generic[J]):
         cap = self._config.age_max
         while self._steps and self._steps[0] <= epoch - cap:
             step = heapq.heappop(self._steps)
-            for job in self._by_step.pop(step):
-                entry = self._entries.get(job.id)
-                if entry is None or entry[3] != _GROWING or entry[0] != step - self._weight(job):
+            self._live.pop(step, None)
+            for job_id in self._by_step.pop(step, ()):
+                if not self._growing_at(job_id, step):
                     continue  # left the queue (or came back later with another entry)
+                entry = self._entries[job_id]
+                job = entry[4]
                 self._remove(entry)
                 capped = (-(self._weight(job) + cap), entry[1], job.id, _CAPPED, job)
                 self._entries[job.id] = capped
                 self._insert(capped)
         return bool(self._entries)
+
+    def _growing_at(self, job_id: int, step: int) -> bool:
+        entry = self._entries.get(job_id)
+        return (
+            entry is not None and entry[3] == _GROWING and entry[0] == step - self._weight(entry[4])
+        )
+
+    def _left(self, step: int) -> None:
+        """A growing job of `step` left the queue (its entry is already out of `_entries`)."""
+        live = self._live.get(step, 0) - 1
+        bucket = self._by_step.get(step)
+        if live <= 0 or bucket is None:
+            self._live.pop(step, None)
+            self._by_step.pop(step, None)  # its `_steps` entry is skipped when due
+            return
+        self._live[step] = live
+        if len(bucket) > 2 * live + 8:
+            bucket[:] = [j for j in dict.fromkeys(bucket) if self._growing_at(j, step)]
 
     def _insert(self, entry: _Entry[J]) -> None:
         kind, shape = entry[3], entry[4].shape

@@ -9,6 +9,7 @@ import math
 from rbs.model import TERMINAL_STATES, UNKNOWN_USER, JobManifest, JobState, KillReason, Resources
 from rbs.scheduler.arrays import TaskPool
 from rbs.scheduler.config import SchedulerConfig
+from rbs.scheduler.ended import EndedStates
 from rbs.scheduler.events import RunRef, Window
 from rbs.scheduler.instructions import (
     Accepted,
@@ -296,6 +297,7 @@ class SchedState:
         self.config = config
         self.now = 0.0
         self.jobs: dict[int, Job] = {}
+        self.ended = EndedStates()  # final states of the ended jobs forgotten (ended.py)
         self.workers: dict[str, WorkerCapacity] = {}
         self.work = Work()
         self.free = FreeIndex(self.work)  # workers with a free slot, in best-fit order
@@ -437,8 +439,7 @@ class SchedState:
                 job.start_time = self.now
             if state.terminal:
                 job.end_time = self.now
-        if job.reason != reason:
-            job.reason = reason
+        job.reason = reason
         self.touch(job)
 
     def refresh(self, job: Job) -> JobState:

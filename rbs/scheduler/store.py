@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rbs.model import UNKNOWN_USER, JobState
+from rbs.model import TERMINAL_STATES, UNKNOWN_USER, JobState
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
 from rbs.scheduler.events import Event
@@ -153,7 +153,8 @@ class Store:
                 ]
             self.apply(instructions, now, requests=requests)
         except Exception:
-            sched.adopt(self.restore(sched.config, now, validate=sched.validate))
+            again = self.restore(sched.config, now, sched.validate, forget_ended=sched.forget_ended)
+            sched.adopt(again)
             raise
         return instructions
 
@@ -205,12 +206,13 @@ class Store:
 
     # ---- reading back
 
-    def load(self) -> tuple[list[JobRecord], list[TaskRecord], list[WorkerRecord]]:
-        """Every job, the active runs, and every worker, as records."""
+    def load(self, where: str = "") -> tuple[list[JobRecord], list[TaskRecord], list[WorkerRecord]]:
+        """Every job (or those `where` selects), the active runs, and every worker."""
         jobs = [
             _job_record(*row)
             for row in self._db.execute(
-                "SELECT id, manifest, provenance, submit_time, state, reason, body FROM jobs ORDER BY id"
+                "SELECT id, manifest, provenance, submit_time, state, reason, body FROM jobs "
+                f"{where} ORDER BY id"
             )
         ]
         tasks = [
@@ -226,11 +228,37 @@ class Store:
         return jobs, tasks, workers
 
     def restore(
-        self, config: SchedulerConfig | None, now: float, validate: bool | None = None
+        self,
+        config: SchedulerConfig | None,
+        now: float,
+        validate: bool | None = None,
+        *,
+        forget_ended: bool = False,
     ) -> Scheduler:
-        jobs, tasks, workers = self.load()
+        """The scheduler the journal holds. With `forget_ended` an ended job is read as
+        its id, final state and parent only (rbs/scheduler/compaction.py), unless one of
+        its attempts is still being stopped."""
+        if not forget_ended:
+            jobs, tasks, workers = self.load()
+            return Scheduler.restore(
+                config, jobs=jobs, tasks=tasks, workers=workers, now=now, validate=validate
+            )
+        ended = ", ".join(f"'{s.value}'" for s in TERMINAL_STATES)
+        busy = "id IN (SELECT job_id FROM tasks WHERE active = 1)"
+        jobs, tasks, workers = self.load(f"WHERE state NOT IN ({ended}) OR {busy}")
+        rows = self._db.execute(
+            "SELECT id, state, json_extract(body, '$.parent') FROM jobs "
+            f"WHERE state IN ({ended}) AND NOT {busy} ORDER BY id"
+        )
         return Scheduler.restore(
-            config, jobs=jobs, tasks=tasks, workers=workers, now=now, validate=validate
+            config,
+            jobs=jobs,
+            tasks=tasks,
+            workers=workers,
+            now=now,
+            validate=validate,
+            ended=((i, JobState(s), p) for i, s, p in rows),
+            forget_ended=True,
         )
 
     def requests(self) -> dict[str, int]:

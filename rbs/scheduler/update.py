@@ -49,6 +49,9 @@ def update_job(st: SchedState, ev: Update) -> Accepted | Rejected:
 
 def _apply(st: SchedState, ev: Update) -> tuple[Job, str]:
     job = st.jobs.get(ev.job_id)
+    ended = st.ended.get(ev.job_id)
+    if ended is not None:
+        raise SchedulerError(f"job {ev.job_id} is {ended.value}: only a pending job can be updated")
     if job is None:
         raise SchedulerError(f"unknown job id {ev.job_id}")
     if job.state is not JobState.PENDING or job.runs or job.start_time is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rbs.model import JobManifest, JobState
+from rbs.scheduler.compaction import state_of
 from rbs.scheduler.instructions import JobChange, TaskRecord
 from rbs.scheduler.policy import PriorityBreakdown, breakdown
 from rbs.scheduler.state import NO_WORKERS, Job, SchedState
@@ -124,7 +125,7 @@ def job_view(st: SchedState, job: Job) -> JobView:
         manifest=m,
         provenance=job.provenance,
         time_limit=job.time_limit,
-        dependencies=tuple((str(d), st.jobs[d.job_id].state) for d in m.dependencies),
+        dependencies=tuple((str(d), state_of(st, d.job_id)) for d in m.dependencies),
         array=array,
         attempts=job.attempts,
         workers=job.workers,

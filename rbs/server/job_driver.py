@@ -98,7 +98,8 @@ class JobDriver:
         self.hub = hub
         self._clock = clock
         self.store = Store(data_dir / "jobs.db", durable=config.durable)
-        self.sched: Scheduler = self.store.restore(config, clock())
+        # Ended jobs leave the core (rbs/scheduler/compaction.py); `view` reads them back.
+        self.sched: Scheduler = self.store.restore(config, clock(), forget_ended=True)
         self.logs = JobLogs(data_dir / "job_logs.db")
         self.intake = LogIntake(self.logs, hub.send)
         self._out_db = sqlite3.connect(
@@ -109,9 +110,7 @@ class JobDriver:
         self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Any] | None]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
-        self._states: dict[int, JobState] = {
-            jid: self.sched.job(jid).state for jid in self.sched.job_ids()
-        }
+        self._states: dict[int, JobState] = self.sched.job_states()
         self._slots: dict[str, set[str]] = {}  # worker -> active lease ids
         self._leases: dict[str, Start] = {}
         # Journal-full handling (see docs/design/scheduler.md, "Persistence"): reports

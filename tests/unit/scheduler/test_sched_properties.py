@@ -83,9 +83,11 @@ def manifests(draw: st.DrawFn, existing: list[int]) -> JobManifest:
 class SchedulerMachine(RuleBasedStateMachine):
     """Drives the core like a cluster would and keeps its own record of what runs where."""
 
+    FORGET = False  # the core compacts ended jobs out (as the server runs it)
+
     def __init__(self) -> None:
         super().__init__()
-        self.sched = Scheduler(CONFIG, validate=True)
+        self.sched = Scheduler(CONFIG, validate=True, forget_ended=self.FORGET)
         self.store = Store(":memory:")
         self.now = 0.0
         self.jobs: list[int] = []
@@ -146,8 +148,10 @@ class SchedulerMachine(RuleBasedStateMachine):
     def cancel(self, data: st.DataObject) -> None:
         jid = data.draw(st.sampled_from(self.jobs))
         index = data.draw(st.none() | st.integers(0, 20))
-        view = self.sched.job(jid)
-        if view.array is None:
+        if jid not in self.sched.job_ids():
+            rec = self.store.job_record(jid)  # ended and forgotten: the journal has it
+            assert self.FORGET and rec is not None and rec.state.terminal
+        elif self.sched.job(jid).array is None:
             index = None
         self.send(Cancel(targets=(TaskRef(job_id=jid, index=index),)))
 
@@ -179,7 +183,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def restart(self) -> None:
         """The server restarts from its journal: the rebuilt scheduler is the same."""
         before = self.sched.snapshot()
-        self.sched = self.store.restore(CONFIG, self.now, validate=True)
+        self.sched = self.store.restore(CONFIG, self.now, validate=True, forget_ended=self.FORGET)
         assert self.sched.snapshot() == before
 
     @invariant()
@@ -195,16 +199,29 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @invariant()
     def terminal_jobs_hold_nothing(self) -> None:
+        held = set(self.sched.job_ids())
+        states = self.sched.job_states()
         for jid in self.jobs:
+            if jid not in held:  # forgotten: ended, and nothing of it left running
+                assert self.FORGET and states[jid].terminal
+                assert not [r for r in self.store.task_history(jid) if r.active]
+                continue
             view = self.sched.job(jid)
             if view.state.terminal:
                 assert not view.runs
 
 
+class ForgettingMachine(SchedulerMachine):
+    """The same rules against a core that forgets ended jobs (`forget_ended`)."""
+
+    FORGET = True
+
+
 TestSchedulerMachine = SchedulerMachine.TestCase
+TestForgettingMachine = ForgettingMachine.TestCase
 # Derandomized: CI runs the same examples every time (a random seed once drew a case
 # that ran past the test timeout); set derandomize=False locally to search wider.
-TestSchedulerMachine.settings = settings(
+TestSchedulerMachine.settings = TestForgettingMachine.settings = settings(
     max_examples=40,
     stateful_step_count=30,
     deadline=None,
