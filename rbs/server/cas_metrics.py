@@ -2,10 +2,13 @@
 
 A `DiskStore` that counts, not a wrapper around one: the server's parts call the
 store's disk-only methods too (`sweep_tmp`, `stat`, `gc`), and a subclass keeps every
-one of them. Lookups are the digests `find_missing` is asked about (FindMissingBlobs,
-the jobs API's /v1/cas/missing, the action cache's check of a result's outputs), each
-distinct non-empty digest once; evictions are what `gc` removed, automatic or asked.
-Plain integers under one lock: `find_missing` runs on many threads at once.
+one of them, the presence index (`index=True`) included. Lookups are the digests
+`find_missing` is asked about (FindMissingBlobs, the jobs API's /v1/cas/missing, the
+action cache's check of a result's outputs), each distinct non-empty digest once,
+counted by its hash string (a `str` caches its hash, where a `Digest` hashes in Python),
+so counting costs a small part of what the index's answer does; evictions are what
+`gc` removed, automatic or asked. Plain integers under one lock: `find_missing` runs on
+many threads at once.
 """
 
 from __future__ import annotations
@@ -37,11 +40,12 @@ class CountingDiskStore(DiskStore):
         return self.pins.pinned() if self.pins is not None else frozenset()
 
     def find_missing(self, digests: Iterable[Digest]) -> list[Digest]:
-        asked = {d for d in digests if d.size}
-        missing = super().find_missing(asked)
+        asked = digests if isinstance(digests, list | tuple) else list(digests)
+        missing = super().find_missing(asked)  # each missing digest once, in asked order
+        distinct = len({d.hash for d in asked if d.size})
         with self._count_lock:
             self.lookup_misses += len(missing)
-            self.lookup_hits += len(asked) - len(missing)
+            self.lookup_hits += distinct - len(missing)
         return missing
 
     def gc(self, max_size: int | None = None, *, target: int | None = None) -> GcResult:

@@ -40,6 +40,7 @@ from rbs.server.execution import ExecutionEngine, ExecutionLimits
 from rbs.server.grpc_server import RunningServer, start_grpc
 from rbs.server.input_pins import InputPins
 from rbs.server.instances import Instances
+from rbs.server.invocations import InvocationStore
 from rbs.server.job_driver import JobDriver
 from rbs.server.jobs_http import JobsApi, start_http
 from rbs.server.metrics import ServerMetrics
@@ -74,10 +75,14 @@ def open_store(config: Config) -> BlobStore:
 
     With a bound, every write that takes the store over it evicts least recently used
     blobs outside the lease (`[cas] lease`, 3 h); the action cache drops results whose
-    outputs went.
+    outputs went. The server is the one process that writes its store, so
+    FindMissingBlobs answers from the store's presence index (docs/design/cas.md).
     """
     store = CountingDiskStore(  # a DiskStore that counts lookups and evictions (/metrics)
-        config.server.data_dir / "cas", max_size=config.cas.max_size, lease=config.cas.lease
+        config.server.data_dir / "cas",
+        max_size=config.cas.max_size,
+        lease=config.cas.lease,
+        index=True,
     )
     swept = store.sweep_tmp()
     if swept:
@@ -199,6 +204,8 @@ async def start_cluster(
         action_cache = ActionCache(store, results)
         operations = OperationStore(data_dir / "execution.db")
         stack.callback(operations.close)
+        invocations = InvocationStore(data_dir / "invocations.db")
+        stack.callback(invocations.close)
         hub = WorkerHub(operations, hub_config or hub_config_of(config))
         engine = ExecutionEngine(
             cas=store,
@@ -250,6 +257,7 @@ async def start_cluster(
             hub=parts.hub,
             auth=auth,
             metrics=metrics,
+            invocations=invocations,
         )
         # Undoes a failed start; `stop` stops the server first, with its grace.
         stack.push_async_callback(grpc.stop, 0)
@@ -266,6 +274,7 @@ async def start_cluster(
                     engine=engine,
                     instances=instances.names,
                 )
+                api.dashboard.invocations = invocations
                 http = await start_http(api, host, http_port, config)
             except OSError as e:
                 raise OSError(
