@@ -327,6 +327,8 @@ def _print_status(reply: Any) -> None:
     # Piped output (grep, CI logs) gets whole cells: rich would cut them at 80 columns.
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
+    if any(w.images for w in reply.workers):
+        console.print(_images_table(reply, console.width))
     console.print(
         f"actions: {reply.queued_actions} queued, {reply.running_actions} running", highlight=False
     )
@@ -334,3 +336,40 @@ def _print_status(reply: Any) -> None:
     states = sorted(reply.jobs_by_state, key=lambda kv: (order.get(kv[0], 99), kv[0]))
     jobs = ", ".join(f"{k} {v}" for k, v in states)
     console.print(f"jobs: {jobs}", highlight=False)
+
+
+def _images_table(reply: Any, width: int) -> Any:
+    """Each worker's container images (their latest report): name, short id, size; only
+    the names give way to `width` (an ellipsis), ids and sizes stay whole."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        title="container images",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
+    rows = [
+        (
+            w.worker_id,
+            "yes" if w.can_pull_images else "no",
+            ", ".join([n for n in i.names if "@" not in n] or list(i.names) or ["<none>"]),
+            i.image_id.removeprefix("sha256:")[:12],
+            f"{i.size_bytes / (1 << 20):.1f}Mi",
+        )
+        for w in reply.workers
+        for i in sorted(w.images, key=lambda i: (i.names[:1], i.image_id))
+    ]
+    cols = ("worker", "pull", "image", "id", "size")
+    whole = [max(len(col), *(len(r[n]) for r in rows)) for n, col in enumerate(cols)]
+    left = width - sum(whole) + whole[2] - 2 * len(cols)  # a space each side of a cell
+    for n, col in enumerate(cols):
+        if col == "image":
+            table.add_column(col, overflow="ellipsis", no_wrap=True, max_width=max(8, left))
+        else:
+            table.add_column(col, no_wrap=True, min_width=whole[n])
+    for r in rows:
+        table.add_row(*r)
+    return table

@@ -15,14 +15,17 @@ its output, forwards a stop, and exits as the payload did. docs/design/container
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import dataclasses
 import json
 import logging
 import os
+import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,10 +33,14 @@ from typing import Any, TypeVar
 from rbs.executor import podman_service
 from rbs.executor.podman_service import EngineError
 from rbs.executor.supervisor_proto import RunSpec
+from rbs.wire.workers_images import ImagesReport, LocalImageInfo
 
 log = logging.getLogger(__name__)
 AUTO, NONE = "auto", "none"
 USAGE_FILE = "images.json"  # in <work-dir>/containers: the images this worker's jobs ran
+# Whether a pull may work, until one is tried: does the default registry answer?
+REGISTRY = ("registry-1.docker.io", 443)
+REPORT_POLL_S = 2.0  # how often the reporter looks whether a new stream is open
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,7 +63,8 @@ class ImageInfo:
 
 
 class ContainerEngine:
-    """One worker's engine: reached lazily (the service starts at the first container job)."""
+    """One worker's engine, reached on a thread: the service starts when the worker first
+    connects (to report its images) or at the first container job."""
 
     def __init__(self, work_dir: Path, setting: str, cache_max_bytes: int | None = None) -> None:
         self.work_dir = work_dir
@@ -67,6 +75,9 @@ class ContainerEngine:
         self._client: Any = None
         self._lock = threading.Lock()
         self.started_service = False
+        self.can_pull: bool | None = None  # None: no pull tried yet (see images_report)
+        self._changed = threading.Event()  # pulled or removed: report the images again
+        self._stopped = threading.Event()
 
     @classmethod
     def for_worker(cls, work_dir: Path, settings: ContainerSettings) -> ContainerEngine | None:
@@ -130,11 +141,15 @@ class ContainerEngine:
         except docker.errors.ImageNotFound:
             try:
                 img = client.images.pull(ref)
+                self.can_pull = True
             except docker.errors.APIError as e:
+                self.can_pull = False
                 raise EngineError(
                     f"image {ref!r} is not on this worker and pulling it failed: "
                     f"{e.explanation or e}"
                 ) from None
+            finally:
+                self._changed.set()
         except docker.errors.APIError as e:
             raise EngineError(f"cannot look up image {ref!r}: {e.explanation or e}") from None
         return ImageInfo(
@@ -222,13 +237,56 @@ class ContainerEngine:
                     )
                     total -= int(u["size"])
                     del usage[image_id]
+                    self._changed.set()
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(usage, sort_keys=True))
             os.replace(tmp, path)
 
+    def images_report(self) -> ImagesReport:
+        """The engine's images and whether a pull may work (blocking: on a thread). Until
+        a pull is tried, a pull is expected to work when the default registry answers."""
+        if self.can_pull is None:
+            try:
+                socket.create_connection(REGISTRY, timeout=3.0).close()
+                self.can_pull = True
+            except OSError:
+                self.can_pull = False
+        images = []
+        for img in self.client().images.list():
+            a = img.attrs
+            tags = [t for t in a.get("RepoTags") or () if not t.startswith("<none>")]
+            images.append(
+                LocalImageInfo(
+                    image_id=img.id,
+                    names=(*tags, *(a.get("RepoDigests") or ())),
+                    size_bytes=int(a.get("Size") or 0),
+                )
+            )
+        return ImagesReport(images=tuple(images), can_pull=self.can_pull)
+
+    def report_images(self, send: Callable[[ImagesReport], Any], up: Callable[[], bool]) -> None:
+        """Send the images when a stream opens (`up` turns true) and after each pull and
+        removal, from a thread of its own, until `stop`."""
+
+        def loop() -> None:
+            was = False
+            while not self._stopped.is_set():
+                now = up()
+                if now and (not was or self._changed.is_set()):
+                    self._changed.clear()
+                    try:
+                        send(self.images_report())
+                    except Exception as e:  # the engine's and the SDK's errors alike
+                        log.warning("cannot list the container engine's images: %s", e)
+                was = now
+                (self._changed if now else self._stopped).wait(REPORT_POLL_S)
+
+        threading.Thread(target=loop, name="images", daemon=True).start()
+
     def stop(self) -> None:
         """End the podman service this worker started."""
+        self._stopped.set()
         if self.started_service:
             podman_service.stop(self.work_dir)
 
@@ -245,13 +303,19 @@ def runtimes_for(settings: ContainerSettings) -> tuple[str, ...]:
     return ("docker",) if setting.startswith("unix://") else ("podman",)
 
 
-def with_containers(setup: S, config: Any) -> S:
+def with_containers(setup: S, config: Any, worker: Any = None) -> S:
     """A worker's HostSetup with the engine its `--containers` names (ValueError).
 
     The podman service it starts ends with the daemon's plain stop (atexit), and lives on
     for the next daemon after `--leave-jobs-running` or a kill: its runs' output flows
-    through it."""
+    through it. Given the `worker` (in its event loop), the engine reports its images
+    down each stream the worker opens (`ContainerEngine.report_images`)."""
     engine = ContainerEngine.for_worker(config.work_dir, config.containers)
     if engine is not None and not config.leave_jobs_running:
         atexit.register(engine.stop)
+    if engine is not None and worker is not None:
+        loop = asyncio.get_running_loop()
+        engine.report_images(
+            lambda r: loop.call_soon_threadsafe(worker.send, r), worker.connected.is_set
+        )
     return dataclasses.replace(setup, containers=engine)  # type: ignore[type-var]

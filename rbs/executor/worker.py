@@ -209,7 +209,7 @@ class Worker:
                 users=config.run_users,
             )
             self.lease.on_renew = self.jobs.renew
-            self.jobs.setup = with_containers(self.jobs.setup, config)
+            self.jobs.setup = with_containers(self.jobs.setup, config, self)  # reports images
             self.job_handler = self.jobs.handle
 
     async def run(self) -> None:

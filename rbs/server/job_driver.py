@@ -449,8 +449,7 @@ class JobDriver:
         request_id: str | None = None,
         owner: tuple[str, int | None] = (UNKNOWN_USER, None),
     ) -> int:
-        """Submit a job; a `request_id` seen before answers the job it made (journaled
-        with it, so also across a restart) instead of making a second one."""
+        """Submit a job; a `request_id` seen before (journaled: across restarts) answers its job."""
         if request_id is not None:
             known = self.store.request_job(request_id)
             if known is not None:
@@ -460,6 +459,7 @@ class JobDriver:
                 job_id: int = await asyncio.shield(inflight)
                 return job_id
         manifest, prov = self._shared.submission(manifest, provenance)  # owner: user, parent
+        self.hub.images.check(manifest.container, self.hub.workers())  # an unknown image
         event = Submit(manifest=manifest, provenance=prov, user=owner[0], parent=owner[1])
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if request_id is not None:

@@ -62,6 +62,7 @@ from rbs.scheduler.dispatch_instructions import (
 )
 from rbs.scheduler.events import RunRef
 from rbs.server.operations import OperationStore
+from rbs.server.worker_images import WorkerImages
 from rbs.server.worker_records import info_from_json, worker_info
 from rbs.wire.errors import InvalidRequest, rpc_errors
 from rbs.wire.workers import ProtocolMismatch, check_protocol
@@ -71,6 +72,7 @@ from rbs.wire.workers_actions import (
     CancelOrder,
     ReceivedActionResult,
 )
+from rbs.wire.workers_images import ImagesReport
 from rbs.wire.workers_jobs import JobFinishedReport, JobReport, JobStartedReport, LogBatch
 from rbs.wire.workers_session import (
     HeartbeatReport,
@@ -83,12 +85,7 @@ from rbs.wire.workers_session import (
     registration_from_pb,
     report_from_pb,
 )
-from rbs.wire.workers_status import (
-    ClusterStatusInfo,
-    WorkerStatusInfo,
-    epoch_ns,
-    status_to_pb,
-)
+from rbs.wire.workers_status import ClusterStatusInfo, WorkerStatusInfo, epoch_ns, status_to_pb
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +162,7 @@ class WorkerHub:
         self._store = store
         self._clock = clock
         self._sessions: dict[str, _Session] = {}
+        self.images = WorkerImages()  # each open stream's latest Images report
         self.actions: ActionEvents | None = None
         self.jobs: JobEvents | None = None
         self.draining: Callable[[str], bool] = lambda _worker_id: False  # .reservations
@@ -351,6 +349,7 @@ class WorkerHub:
         if self._sessions.get(session.worker_id) is not session:
             return  # replaced by a newer stream of the same worker
         del self._sessions[session.worker_id]
+        self.images.forget(session.worker_id)
         log.info("worker %s disconnected", session.worker_id)
         self._step(WorkerDisconnected(worker_id=session.worker_id))
 
@@ -378,6 +377,8 @@ class WorkerHub:
                     worker_id,
                     type(report).__name__,
                 )
+        elif isinstance(report, ImagesReport):
+            self.images.update(worker_id, report)
         elif isinstance(report, Registration):
             raise InvalidRequest("Register may only be the first message of a Connect stream")
         # Heartbeats also prove liveness: any message counts.
@@ -393,7 +394,7 @@ class WorkerHub:
             counts.update(self.jobs.job_counts())
         workers = []
         for v in self.dispatcher.workers():
-            i = v.info
+            i, images = v.info, self.images.get(v.info.worker_id)
             workers.append(
                 WorkerStatusInfo(
                     worker_id=i.worker_id,
@@ -411,6 +412,8 @@ class WorkerHub:
                     last_heartbeat_ns=epoch_ns(now_wall - (now_mono - v.last_heartbeat)),
                     version=i.version,
                     container_runtimes=i.container_runtimes,
+                    images=images.images,
+                    can_pull_images=images.can_pull,
                 )
             )
         return ClusterStatusInfo(

@@ -179,6 +179,10 @@ _WORKER = _obj(
         "last_heartbeat": _STR,
         "version": _STR,
         "container_runtimes": _list(_STR),
+        "images": _list(
+            _obj({"image_id": _STR, "names": _list(_STR), "size_bytes": _STR}, optional=True)
+        ),
+        "can_pull_images": _BOOL,
     },
     optional=True,
 )

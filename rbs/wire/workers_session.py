@@ -31,6 +31,7 @@ from rbs.wire.workers_actions import (
     cancel_to_pb,
     duration_to_pb,
 )
+from rbs.wire.workers_images import ImagesReport, images_from_pb, images_to_pb
 from rbs.wire.workers_jobs import (
     JobFinishedReport,
     JobLeaseInfo,
@@ -117,6 +118,7 @@ WorkerReport = (
     | JobStartedReport
     | JobFinishedReport
     | LogBatch
+    | ImagesReport
 )
 # What the server reads: the same, but an action's result stays REAPI messages.
 ReceivedReport = (
@@ -127,6 +129,7 @@ ReceivedReport = (
     | JobStartedReport
     | JobFinishedReport
     | LogBatch
+    | ImagesReport
 )
 ServerOrder = (
     RegisteredInfo
@@ -231,6 +234,7 @@ _REPORTS: Mapping[type, tuple[str, Callable[[Any], Any]]] = {
     JobStartedReport: ("job_started", job_started_to_pb),
     JobFinishedReport: ("job_finished", job_finished_to_pb),
     LogBatch: ("log_lines", log_batch_to_pb),
+    ImagesReport: ("images", images_to_pb),
 }
 
 
@@ -248,6 +252,7 @@ _READ_REPORTS: Mapping[str, Callable[[Any], ReceivedReport]] = {
     "action_finished": action_finished_from_pb,
     "job_started": job_started_from_pb,
     "job_finished": job_finished_from_pb,
+    "images": images_from_pb,
 }
 
 

@@ -15,6 +15,7 @@ from google.protobuf import timestamp_pb2
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
 from rbs.wire.auth import auth_metadata
+from rbs.wire.workers_images import LocalImageInfo, image_from_pb, image_to_pb
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +37,8 @@ class WorkerStatusInfo:
     last_heartbeat_ns: int = 0  # epoch nanoseconds
     version: str = ""
     container_runtimes: tuple[str, ...] = ()
+    images: tuple[LocalImageInfo, ...] = ()  # its latest Images report
+    can_pull_images: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +88,8 @@ def status_to_pb(s: ClusterStatusInfo) -> w_pb2.ClusterStatus:
                 last_heartbeat=_timestamp(w.last_heartbeat_ns),
                 version=w.version,
                 container_runtimes=list(w.container_runtimes),
+                images=[image_to_pb(i) for i in w.images],
+                can_pull_images=w.can_pull_images,
             )
         )
     return out
@@ -109,6 +114,8 @@ def status_from_pb(pb: w_pb2.ClusterStatus) -> ClusterStatusInfo:
                 last_heartbeat_ns=w.last_heartbeat.ToNanoseconds(),
                 version=w.version,
                 container_runtimes=tuple(w.container_runtimes),
+                images=tuple(image_from_pb(i) for i in w.images),
+                can_pull_images=w.can_pull_images,
             )
             for w in pb.workers
         ),
@@ -156,6 +163,11 @@ def status_dict(s: ClusterStatusInfo) -> dict[str, Any]:
                 "last_heartbeat": _time_text(w.last_heartbeat_ns),
                 "version": w.version,
                 "container_runtimes": list(w.container_runtimes),
+                "images": [
+                    {"image_id": i.image_id, "names": list(i.names), "size_bytes": i.size_bytes}
+                    for i in w.images
+                ],
+                "can_pull_images": w.can_pull_images,
             }
             for w in s.workers
         ],

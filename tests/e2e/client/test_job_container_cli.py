@@ -7,11 +7,13 @@ busybox-static are not installed (`make system-deps` installs them).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,13 +184,31 @@ def test_the_engine_socket_is_out_of_the_jobs_reach(
     assert "FAILED:exit 1" in err  # grep -c: no line matched
 
 
-def test_an_image_no_worker_has_fails_naming_it(home: Path, image: tuple[str, str, Path]) -> None:
+def _reports(home: Path, ref: str) -> bool:
+    """Whether `rbs remote status` lists `ref` among the worker's images."""
+    r = rbs(home, "remote", "status", "--json")
+    if r.returncode != 0:
+        return False
+    workers = json.loads(r.stdout)["workers"]
+    return any(ref in i["names"] for w in workers for i in w.get("images", []))
+
+
+def test_an_image_no_worker_has_is_refused_at_submit(
+    home: Path, image: tuple[str, str, Path]
+) -> None:
+    ref = image[0]
+    assert rbs(home, "job", "submit", "--wait", "--", "true").returncode == 0  # cluster up
+    deadline = time.monotonic() + 180
+    while not _reports(home, ref):  # the worker reports its images once it is registered
+        assert time.monotonic() < deadline, "the worker never reported its images"
+        time.sleep(0.5)
+    table = rbs(home, "remote", "status")
+    assert "container images" in table.stdout and ref in table.stdout, table.stdout
     missing = f"localhost/rbs-no-such-image:{uuid.uuid4().hex[:8]}"
-    _, logs, err = _submit(home, "--container", missing, "--", "true")
-    assert "FAILED" in err
-    assert any(
-        f"image {missing!r} is not on this worker and pulling it failed" in ln for ln in logs
-    )
+    r = rbs(home, "job", "submit", "--container", missing, "--", "true")
+    assert r.returncode != 0 and r.stdout == ""
+    assert f"--container {missing}: unknown image" in r.stderr
+    assert ref in r.stderr and "Traceback" not in r.stderr
 
 
 def test_a_cancelled_container_job_gets_sigterm_and_its_container_goes(

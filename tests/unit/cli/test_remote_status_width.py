@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from rbs.cli.worker import _print_status
+from rbs.wire.workers_images import LocalImageInfo
 from rbs.wire.workers_status import ClusterStatusInfo, WorkerStatusInfo
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -43,3 +44,28 @@ def test_status_at_80_columns_keeps_ids_and_states_whole(
     for w in workers:
         row = next(line for line in lines if w.worker_id in line)
         assert w.state in row
+
+
+def test_the_images_table_fits_80_columns_and_keeps_ids_whole(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    images = tuple(
+        LocalImageInfo(
+            image_id="sha256:" + f"{i:x}" * 64,
+            names=(f"registry.example.org/team/very-long-training-image-name:2025-{i:02d}",),
+            size_bytes=(i + 1) * 300 << 20,
+        )
+        for i in range(1, 4)
+    )
+    w = WorkerStatusInfo(
+        worker_id="w-gpu-node-0001-3f9c2a71", state="CONNECTED", cpus=8, images=images
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    _print_status(ClusterStatusInfo(workers=(w,), now_ns=10**18))
+    lines = ANSI.sub("", capsys.readouterr().out).splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    rows = [line for line in lines if "Mi" in line and w.worker_id in line]
+    assert len(rows) == 3, lines
+    for i, row in zip(range(1, 4), rows, strict=True):
+        assert f"{i:x}" * 12 in row and f"{(i + 1) * 300:.1f}Mi" in row and " no " in row
