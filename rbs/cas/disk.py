@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from rbs.cas import eviction, fileio
+from rbs.cas import eviction, fileio, transfer
 from rbs.cas.diskbatch import BatchableStore, DiskBatch
 from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, StoreFull
 from rbs.cas.eviction import TOUCH_INTERVAL
@@ -237,6 +237,7 @@ class DiskStore(BatchableStore):
                 return expected
         with open(path, "rb", buffering=0) as src:
             if os.fstat(src.fileno()).st_size <= SMALL_FILE:
+                transfer.advance(os.fstat(src.fileno()).st_size)  # a big one: per chunk
                 return self.put(src.read(), function=function, expected=expected)
             fd, tmp = self.new_temp(expected.hash if expected else "file")
             try:
@@ -405,16 +406,14 @@ class DiskStore(BatchableStore):
         # Two tries: an eviction or a tampered executable twin between check and link
         # is repaired once (the twin is remade from the verified blob).
         for _ in range(2):
-            if executable:
-                src = self._exec_path(digest)
-                if not self._check_file(src, digest):
-                    self._make_exec_twin(digest, src)
-            else:
-                src = self._path(digest)
-                if not self._check_file(src, digest):
+            src = self._exec_path(digest) if executable else self._path(digest)
+            if not self._check_file(src, digest):
+                if not executable:
                     raise BlobNotFound(digest)
+                self._make_exec_twin(digest, src)
             try:
                 os.link(src, dest)
+                transfer.advance(digest.size)  # a copy (super's) reports as it goes
                 return
             except FileNotFoundError:
                 if not os.path.isdir(os.path.dirname(os.path.abspath(dest))):

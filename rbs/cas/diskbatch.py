@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from rbs.cas import fileio
+from rbs.cas import fileio, transfer
 from rbs.cas.store import Batch, BlobStore, StrPath
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
@@ -126,6 +126,7 @@ class DiskBatch(Batch):
             if os.fstat(f.fileno()).st_size > self._disk.small_file:
                 return self._disk.put_file(Path(path), function=function)
             data = f.read()
+        transfer.advance(len(data))  # a big file's copy reports as it goes
         return self.put(data, function=function)
 
     def flush(self) -> None:

@@ -11,6 +11,7 @@ from typing import BinaryIO, TypeVar, cast
 
 import blake3
 
+from rbs.cas import transfer
 from rbs.model import DigestFunction, Hasher
 
 T = TypeVar("T")
@@ -65,7 +66,7 @@ def copy_hashing(src: BinaryIO, dst: int, hasher: Hasher, pool: ThreadPoolExecut
     Each chunk is read into a private buffer (never mmap: a file truncated under a
     mapping kills the process with SIGBUS), then hashed on a pool thread while this
     thread writes it; both release the GIL, so on two cores they overlap. Returns the
-    number of bytes copied.
+    number of bytes copied; each chunk is reported to rbs.cas.transfer as it lands.
     """
     buf = bytearray(BIG_CHUNK)
     view = memoryview(buf)
@@ -82,6 +83,7 @@ def copy_hashing(src: BinaryIO, dst: int, hasher: Hasher, pool: ThreadPoolExecut
             hashed.result()
         start_writeback(dst, total, n)
         total += n
+        transfer.advance(n)
     return total
 
 

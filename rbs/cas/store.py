@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
 
+from rbs.cas import transfer
 from rbs.cas.errors import BlobNotFound, DigestMismatch
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
@@ -230,6 +231,7 @@ class BlobStore(ABC):
             with self.open(digest) as src, open(tmp, "xb") as out:
                 while chunk := src.read(CHUNK):
                     out.write(chunk)
+                    transfer.advance(len(chunk))
             os.chmod(tmp, mode)
             # A link, not a rename: it fails rather than replace a file made meanwhile.
             try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
+from rbs.cas import transfer
 from rbs.cas.digests import digest_from_pb, digest_to_pb
 from rbs.cas.errors import BlobNotFound, CorruptBlob, InvalidDigest, InvalidTree
 from rbs.cas.fileio import map_in_slices
@@ -164,6 +165,15 @@ def _walk(root: str, prefix: str, out: list[tuple[str, str]]) -> None:
             out.append((prefix + e.name, e.path))
 
 
+def _file_size(full: str) -> int:
+    """A regular file's size (0 for anything else, or a path gone: storing it says why)."""
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
 def _check_parents(root: Path, rel: str, checked: set[str]) -> None:
     """Refuse a selected path reached through a symlinked folder: the tree would
     otherwise store files from outside `root`."""
@@ -191,7 +201,8 @@ def tree_from_path(
     `select`) with every file blob, and return the root Directory digest.
 
     Blobs are written in one batch (durable together, see `Batch`), so a large tree
-    pays for the disk's sync latency a few times instead of once per file."""
+    pays for the disk's sync latency a few times instead of once per file. With a
+    progress sink listening (rbs.cas.transfer) the files' bytes are expected first."""
     path = Path(path)
     if not path.is_dir():
         raise InvalidTree(f"{path} is not a directory; give the folder to store as a tree")
@@ -204,12 +215,18 @@ def tree_from_path(
         for rel in select:
             _check_parents(path, rel, checked)
             found.append((rel, f"{root}/{rel}"))
+    sink = transfer.listening()
+    if sink is not None:
+        transfer.expect(sum(_file_size(full) for _, full in found))
     with store.batch() as puts:
 
         def leaf(item: tuple[str, str]) -> TreeEntry | None:
             rel, full = item
             try:
-                return _leaf(puts, full, rel, function)
+                if sink is None:
+                    return _leaf(puts, full, rel, function)
+                with transfer.reporting(sink):  # on a pool thread the sink is not set
+                    return _leaf(puts, full, rel, function)
             except FileNotFoundError:
                 raise InvalidTree(
                     f"{rel!r} does not exist under {path}; it was selected or listed but "
@@ -284,12 +301,17 @@ def materialize(store: BlobStore, root: Digest, dest: Path, *, link: bool = True
     Files are hardlinked from the store where it can (`link`), else copied; symlinks
     are created as links and never written through. If `dest` did not exist and the
     tree cannot be fully materialized (a blob is missing, a name is hostile), `dest`
-    is removed again, so a failure leaves nothing half made."""
+    is removed again, so a failure leaves nothing half made. With a progress sink
+    listening (rbs.cas.transfer) the files' bytes are expected first."""
     dest = Path(dest)
     created = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        for rel, entry in walk_tree(store, root):
+        entries: Iterable[tuple[str, TreeEntry | None]] = walk_tree(store, root)
+        if transfer.listening() is not None:
+            entries = list(entries)
+            transfer.expect(sum(e.digest.size for _, e in entries if e and e.digest))
+        for rel, entry in entries:
             target = dest / rel
             try:
                 if entry is None:

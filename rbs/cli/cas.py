@@ -120,18 +120,23 @@ def put(opts: _Options, paths: tuple[Path, ...], bundle: bool) -> None:
 
     A file gives the digest of its bytes; a folder gives the digest of its root
     Directory (a Merkle tree), which `rbs cas get` restores whole. With several
-    paths each line reads DIGEST<TAB>PATH.
+    paths each line reads DIGEST<TAB>PATH. A big one shows a progress bar on a terminal.
     """
+    from rbs.cas import transfer
+    from rbs.cli.progress import transfer_bar
+
     store = opts.store()
     for path in paths:
-        if path.is_dir():
-            from rbs.cas.inputs import select_inputs
-            from rbs.cas.tree import tree_from_path
+        with transfer_bar(f"storing {path.name or path}"):
+            if path.is_dir():
+                from rbs.cas.inputs import select_inputs
+                from rbs.cas.tree import tree_from_path
 
-            select = select_inputs(path) if bundle else None
-            digest = tree_from_path(store, path, function=opts.function, select=select)
-        else:
-            digest = store.put_file(path, function=opts.function)
+                select = select_inputs(path) if bundle else None
+                digest = tree_from_path(store, path, function=opts.function, select=select)
+            else:
+                transfer.expect(path.stat().st_size)
+                digest = store.put_file(path, function=opts.function)
         click.echo(f"{digest}\t{path}" if len(paths) > 1 else str(digest))
 
 
@@ -163,7 +168,18 @@ def put(opts: _Options, paths: tuple[Path, ...], bundle: bool) -> None:
 def get(
     opts: _Options, digest_text: str, output: Path | None, as_tree: bool | None, link: bool
 ) -> None:
-    """Write a blob, or restore a whole tree, from the store."""
+    """Write a blob, or restore a whole tree, from the store (a big one shows a
+    progress bar on a terminal)."""
+    from rbs.cli.progress import transfer_bar
+
+    with transfer_bar("writing" if output is None else f"writing {output.name or output}"):
+        _get(opts, digest_text, output, as_tree, link)
+
+
+def _get(
+    opts: _Options, digest_text: str, output: Path | None, as_tree: bool | None, link: bool
+) -> None:
+    from rbs.cas import transfer
     from rbs.cas.errors import BlobNotFound
 
     store = opts.store()
@@ -179,13 +195,16 @@ def get(
             raise click.UsageError(f"{digest} is a tree: give a folder to restore it in with -o")
         materialize(store, digest, output, link=link)
     elif output is None:
+        transfer.expect(digest.size)
         with store.open(digest) as f:
             while chunk := f.read(1 << 20):
                 sys.stdout.buffer.write(chunk)
+                transfer.advance(len(chunk))
         sys.stdout.buffer.flush()
     else:
         if output.is_dir():
             raise click.UsageError(f"{output} is a folder; give the file path to write the blob to")
+        transfer.expect(digest.size)
         store.export_file(digest, output, executable=False, link=link)
 
 

@@ -6,6 +6,10 @@ the highest task code for an array or a gang), and fixed codes for the endings t
 have no exit code of their own. Ctrl-C while following leaves the job running and
 exits 130, naming the command that follows it again.
 
+While the job waits to start, a terminal on stderr shows one status line that updates
+in place (`job 12: PENDING:Resources`) and is erased once it starts or ends; in a pipe
+or a file nothing is written, so scripts read only the log and the final line.
+
 On the path of `rbs job submit`, so standard library only (no click, no typing).
 """
 
@@ -28,6 +32,7 @@ FIXED_STATUS = {
     "OUT_OF_MEMORY": 137,  # 128 + SIGKILL, as the kernel's OOM kill reads elsewhere
 }
 INTERRUPTED = 130  # Ctrl-C while following: the job goes on
+STATUS_EVERY = 2.0  # seconds between refreshes of the status line
 
 
 def state_text(state: str, reason: str | None) -> str:
@@ -45,6 +50,45 @@ def exit_status(info: JobInfo) -> int:
     code = info.exit_code
     # FAILED with no code of its own: it never started (its log says why).
     return code if isinstance(code, int) and 0 < code < 256 else 1
+
+
+class _StatusLine:
+    """One line on a terminal's stderr, rewritten in place, erased by `clear`."""
+
+    def __init__(self) -> None:
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        sys.stderr.write(f"\r\x1b[K{text}")
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+def wait(client: JobsClient, job_id: str) -> JobInfo:
+    """Wait for the job to end; while stderr is a terminal, with its state and pending
+    reason as a status line."""
+    if not sys.stderr.isatty():
+        return client.wait(job_id)
+    return _poll(client, job_id, until_started=False)
+
+
+def _poll(client: JobsClient, job_id: str, *, until_started: bool) -> JobInfo:
+    """Wait, showing the state as a status line, until the job ends (or leaves PENDING)."""
+    line = _StatusLine()
+    try:
+        while True:  # ends with the job: each turn is one bounded long poll
+            info = client.wait(job_id, timeout=STATUS_EVERY)
+            if info.done or (until_started and info.state != "PENDING"):
+                return info
+            line.show(f"job {job_id}: {state_text(info.state, info.reason)}")
+    finally:
+        line.clear()
 
 
 def where(line: LogLine, gang: bool) -> str:
@@ -76,6 +120,8 @@ def follow(client: JobsClient, job_id: str, *, label: bool | None = None) -> int
             raw = client.show(job_id).raw
             gang = int(raw.get("manifest", {}).get("nodes", 1)) > 1
             label = gang or raw.get("array") is not None
+        if sys.stderr.isatty():  # the log stream itself waits for the start
+            _poll(client, job_id, until_started=True)
         for line in client.logs(job_id, follow=True):
             print_line(line, label=label, gang=gang, flush=True)
         info = client.wait(job_id)

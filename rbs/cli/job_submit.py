@@ -352,11 +352,11 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         print(job_id)
         sys.stdout.flush()
         if params["follow"] or params["wait"]:
-            from rbs.cli.job_follow import exit_status, follow, state_text
+            from rbs.cli.job_follow import exit_status, follow, state_text, wait
 
             if params["follow"]:
                 return follow(client, job_id)
-            info = client.wait(job_id)
+            info = wait(client, job_id)  # a status line with the pending reason, on a terminal
             print(f"job {job_id}: {state_text(info.state, info.reason)}", file=sys.stderr)
             return exit_status(info)
     return 0

@@ -1,17 +1,18 @@
 """Progress bars for long transfers: bytes, rate and time left, on a terminal only.
 
-`transfer_bar(label)` wraps a command's transfer (staging inputs, fetching outputs). It
-listens to rbs.client.transfer and shows a bar on stderr only once the bytes expected
-reach `BAR_MIN_BYTES` and stderr is a terminal; only then is rich's progress module
-imported, so a small `rbs job submit` pays nothing for it (bench/cli_startup.py); for
-the same reason this module imports neither typing nor contextlib.
+`transfer_bar(label)` wraps a command's transfer (staging inputs, fetching outputs,
+`rbs cas put/get`). It listens to rbs.cas.transfer and shows a bar on stderr only once
+the bytes expected reach `BAR_MIN_BYTES` and stderr is a terminal; only then is rich's
+progress module imported, so a small `rbs job submit` pays nothing for it
+(bench/cli_startup.py); for the same reason this module imports neither typing nor
+contextlib.
 """
 
 from __future__ import annotations
 
 import sys
 
-from rbs.client.transfer import reporting
+from rbs.cas.transfer import reporting
 
 TYPE_CHECKING = False  # typing's own constant costs start-up; checkers treat this as true
 if TYPE_CHECKING:

@@ -7,11 +7,11 @@ import os
 import shutil
 from pathlib import Path
 
+from rbs.cas import transfer
 from rbs.cas.digests import digest_from_pb
 from rbs.cas.errors import CasError, DigestMismatch
 from rbs.cas.memory import MemoryStore
 from rbs.cas.tree import materialize, read_directory
-from rbs.client import transfer
 from rbs.client.errors import JobError
 from rbs.client.http import ConnectError, HttpConnection, HttpError
 from rbs.model import Digest
@@ -73,7 +73,8 @@ def fetch_tree(conn: HttpConnection, root: Digest, dest: Path) -> None:
     tmp = dest.with_name(f".{dest.name}.rbs-tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        materialize(store, root, tmp, link=False)
+        with transfer.reporting(None):  # its bytes were counted as they were fetched
+            materialize(store, root, tmp, link=False)
         os.rename(tmp, dest)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -225,7 +225,7 @@ class HttpConnection:
 
     def upload_file(self, path: str, file_path: str, size: int) -> Response:
         """PUT a file as the body with sendfile(2): constant memory for any size."""
-        from rbs.client import transfer
+        from rbs.cas import transfer
 
         head = [
             f"PUT {path} HTTP/1.1",

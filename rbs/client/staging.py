@@ -15,12 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from rbs.cas import transfer
 from rbs.cas.digests import digest_from_pb
 from rbs.cas.inputs import select_inputs
 from rbs.cas.memory import MemoryStore
 from rbs.cas.store import hash_file
 from rbs.cas.tree import TreeEntry, build_tree, read_directory
-from rbs.client import transfer
 from rbs.client.http import HttpConnection
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 from rbs.wire import jobs_api_requests as req

@@ -8,8 +8,8 @@ import sys
 
 from rich.console import Console
 
+from rbs.cas import transfer
 from rbs.cli.progress import transfer_bar
-from rbs.client import transfer
 
 
 def _terminal() -> tuple[Console, io.StringIO]:
@@ -43,7 +43,7 @@ def test_no_terminal_draws_nothing_and_never_imports_rich_progress() -> None:
     code = (
         "import sys\n"
         "from rbs.cli.progress import transfer_bar\n"
-        "from rbs.client import transfer\n"
+        "from rbs.cas import transfer\n"
         "with transfer_bar('staging inputs', min_bytes=1):\n"
         "    transfer.expect(1 << 30)\n"
         "    transfer.advance(1 << 30)\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jobs_harness import JobCluster
 
-from rbs.client import transfer
+from rbs.cas import transfer
 from rbs.client.jobs import JobsClient
 
 
