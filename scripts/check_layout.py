@@ -79,6 +79,7 @@ PROTO_IMPORTERS: tuple[str, ...] = (
     "rbs.server.capabilities",
     "rbs.server.execution",
     "rbs.server.workers_service",
+    "rbs.server.bes_service",
 )
 
 # The only modules that may import by string, and the table they import from.

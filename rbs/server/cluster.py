@@ -40,6 +40,7 @@ from rbs.server.execution import ExecutionEngine, ExecutionLimits
 from rbs.server.grpc_server import RunningServer, start_grpc
 from rbs.server.input_pins import InputPins
 from rbs.server.instances import Instances
+from rbs.server.invocations import InvocationStore
 from rbs.server.job_driver import JobDriver
 from rbs.server.jobs_http import JobsApi, start_http
 from rbs.server.metrics import ServerMetrics
@@ -203,6 +204,8 @@ async def start_cluster(
         action_cache = ActionCache(store, results)
         operations = OperationStore(data_dir / "execution.db")
         stack.callback(operations.close)
+        invocations = InvocationStore(data_dir / "invocations.db")
+        stack.callback(invocations.close)
         hub = WorkerHub(operations, hub_config or hub_config_of(config))
         engine = ExecutionEngine(
             cas=store,
@@ -254,6 +257,7 @@ async def start_cluster(
             hub=parts.hub,
             auth=auth,
             metrics=metrics,
+            invocations=invocations,
         )
         # Undoes a failed start; `stop` stops the server first, with its grace.
         stack.push_async_callback(grpc.stop, 0)
@@ -270,6 +274,7 @@ async def start_cluster(
                     engine=engine,
                     instances=instances.names,
                 )
+                api.dashboard.invocations = invocations
                 http = await start_http(api, host, http_port, config)
             except OSError as e:
                 raise OSError(

@@ -35,6 +35,7 @@ from rbs.wire.errors import http_error
 
 if TYPE_CHECKING:
     from rbs.server.execution import ExecutionEngine
+    from rbs.server.invocations import InvocationStore
     from rbs.server.jobs_http import JobsApi
 
 COOKIE = "rbs_session"
@@ -75,6 +76,7 @@ class Dashboard:
         self.engine = engine  # the Builds page's recent executions
         self.instances = tuple(instances)
         self.sessions: dict[str, Session] = {}
+        self.invocations: InvocationStore | None = None  # the Build Event Service's
 
     @staticmethod
     def owns(path: str) -> bool:
@@ -101,6 +103,8 @@ class Dashboard:
         r.add_get(PREFIX + "/workers", self._page(self.workers))
         r.add_get(PREFIX + "/queues", self._page(self.queues))
         r.add_get(PREFIX + "/builds", self._page(self.builds))
+        r.add_get(PREFIX + "/invocations", self._page(self.invocation_list))
+        r.add_get(PREFIX + "/invocation/{id}", self._page(self.invocation))
 
     # ---- sessions
 
@@ -381,6 +385,28 @@ class Dashboard:
         )
         body = b.builds_page(f, b.recent(self.engine, self.instances))
         return self._html(pages.layout("Builds", body, **self._who(s), live=True))
+
+    async def invocation_list(self, request: web.Request, s: Session) -> web.StreamResponse:
+        from rbs.server import dashboard_invocations as di
+
+        rows = [] if self.invocations is None else self.invocations.recent(200)
+        body = di.list_page(rows, recording=self.invocations is not None)
+        return self._html(pages.layout("Invocations", body, **self._who(s), live=True))
+
+    async def invocation(self, request: web.Request, s: Session) -> web.StreamResponse:
+        from rbs.server import dashboard_invocations as di
+
+        inv_id = request.match_info["id"]
+        doc = None if self.invocations is None else self.invocations.get(inv_id)
+        if doc is None:
+            body = pages.error_box(f"no invocation {inv_id} is recorded here")
+            return self._html(
+                pages.layout("Invocation", body, **self._who(s), live=False), status=404
+            )
+        texts = await asyncio.to_thread(di.stderr_texts, doc, self.api.store)
+        body = di.detail_page(doc, texts, time.time())
+        live = doc.get("finished") is None
+        return self._html(pages.layout("Invocation", body, **self._who(s), live=live))
 
     async def queues(self, request: web.Request, s: Session) -> web.StreamResponse:
         doc = jobs_api.queues_doc(self.api.driver.sched.queues())

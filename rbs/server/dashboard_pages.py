@@ -56,6 +56,7 @@ def layout(title: str, body: str, *, user: str | None, csrf: str | None, live: b
             ("workers", "Workers"),
             ("queues", "Queues"),
             ("builds", "Builds"),
+            ("invocations", "Invocations"),
         )
     )
     toggle = (

@@ -24,12 +24,14 @@ from rbs._proto.google.bytestream import bytestream_pb2_grpc as bs_grpc
 from rbs._proto.rbs.v1 import workers_pb2_grpc as w_grpc
 from rbs.cas.store import BlobStore
 from rbs.server.action_cache import ActionCache, ActionCacheServicer
+from rbs.server.bes_service import add_bes_servicer
 from rbs.server.bytestream import ByteStreamServicer
 from rbs.server.capabilities import CapabilitiesServicer, server_capabilities
 from rbs.server.cas_service import CasServicer
 from rbs.server.config import Config
 from rbs.server.execution import ExecutionEngine, ExecutionServicer
 from rbs.server.instances import Instances
+from rbs.server.invocations import InvocationStore
 from rbs.server.metrics import ServerMetrics
 from rbs.server.operations_service import OperationsServicer
 from rbs.server.tls import check_pair, grpc_credentials
@@ -48,6 +50,7 @@ EXECUTION = f"{_REAPI}.Execution"
 BYTESTREAM = "google.bytestream.ByteStream"
 WORKERS = "rbs.v1.Workers"
 OPERATIONS = "google.longrunning.Operations"
+BUILD_EVENTS = "google.devtools.build.v1.PublishBuildEvent"
 
 # Every gRPC service `rbs remote serve` hosts, REAPI and rbs's own alike.
 SERVICES: tuple[str, ...] = (
@@ -58,6 +61,7 @@ SERVICES: tuple[str, ...] = (
     EXECUTION,
     OPERATIONS,
     WORKERS,
+    BUILD_EVENTS,
 )
 
 
@@ -70,8 +74,10 @@ def add_servicers(
     instances: Instances,
     engine: ExecutionEngine,
     hub: WorkerHub,
+    invocations: InvocationStore | None = None,
 ) -> None:
-    """Add one servicer per entry of SERVICES, each on the parts it needs."""
+    """Add one servicer per entry of SERVICES, each on the parts it needs (the Build
+    Event Service only where there is a store for its invocations)."""
     batch = config.cas.max_batch_size
     caps = server_capabilities(
         max_batch_size=batch, exec_enabled=EXECUTION in SERVICES, functions=instances.functions
@@ -85,6 +91,8 @@ def add_servicers(
     re_grpc.add_ExecutionServicer_to_server(ExecutionServicer(engine, instances), server)
     lro_grpc.add_OperationsServicer_to_server(OperationsServicer(engine, instances), server)
     w_grpc.add_WorkersServicer_to_server(WorkersServicer(hub), server)
+    if invocations is not None:
+        add_bes_servicer(server, invocations)
 
 
 def channel_options(config: Config) -> list[tuple[str, Any]]:
@@ -146,6 +154,7 @@ async def start_grpc(
     hub: WorkerHub,
     auth: ServerAuth,
     metrics: ServerMetrics | None = None,
+    invocations: InvocationStore | None = None,
 ) -> RunningServer:
     """Build, bind and start the gRPC server; `config.server.port` 0 picks a free port."""
     interceptors: list[grpc.aio.ServerInterceptor] = [  # type: ignore[type-arg]
@@ -163,6 +172,7 @@ async def start_grpc(
         instances=instances,
         engine=engine,
         hub=hub,
+        invocations=invocations,
     )
     address = f"{config.server.host}:{config.server.port}"
     try:
