@@ -32,7 +32,7 @@ FIXED_STATUS = {
     "OUT_OF_MEMORY": 137,  # 128 + SIGKILL, as the kernel's OOM kill reads elsewhere
 }
 INTERRUPTED = 130  # Ctrl-C while following: the job goes on
-STATUS_EVERY = 2.0  # seconds between refreshes of the status line
+STATUS_EVERY = 1.0  # seconds between refreshes of the status line
 
 
 def state_text(state: str, reason: str | None) -> str:
@@ -82,11 +82,12 @@ def _poll(client: JobsClient, job_id: str, *, until_started: bool) -> JobInfo:
     """Wait, showing the state as a status line, until the job ends (or leaves PENDING)."""
     line = _StatusLine()
     try:
+        info = client.show(job_id)  # a job that started already is followed at once
         while True:  # ends with the job: each turn is one bounded long poll
-            info = client.wait(job_id, timeout=STATUS_EVERY)
             if info.done or (until_started and info.state != "PENDING"):
                 return info
             line.show(f"job {job_id}: {state_text(info.state, info.reason)}")
+            info = client.wait(job_id, timeout=STATUS_EVERY)  # answers at once if it ends
     finally:
         line.clear()
 
