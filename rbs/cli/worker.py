@@ -107,6 +107,17 @@ def _parse_gpus(text: str | None) -> tuple[str, ...] | None:
     "jobs ran (never one in use) [default: no cap].",
 )
 @click.option(
+    "--container-pull",
+    type=click.Choice(["auto", "yes", "no"]),
+    default="auto",
+    show_default=True,
+    envvar="RBS_CONTAINER_PULL",
+    help="Pull an image a container job names and this worker lacks: auto (it tells the "
+    "server it can while docker.io answers or its last pull worked), yes (it says it can: "
+    "a private registry), no (never). Submits of an image no worker has are refused "
+    "while none can pull.",
+)
+@click.option(
     "--telemetry-interval",
     type=click.FloatRange(min=0),
     default=15.0,
@@ -153,6 +164,7 @@ def worker(
     run_uids: str | None,
     containers: str,
     container_cache_size: str | None,
+    container_pull: str,
     telemetry_interval: float,
     metrics_port: int | None,
     metrics_host: str,
@@ -191,6 +203,7 @@ def worker(
                 cache_max_bytes=parse_size(container_cache_size, "--container-cache-size")
                 if container_cache_size
                 else None,
+                pull=container_pull,
             ),
             cache_max_bytes=(
                 parse_size(max_cache_size, "--max-cache-size") if max_cache_size else None

@@ -45,11 +45,14 @@ REPORT_POLL_S = 2.0  # how often the reporter looks whether a new stream is open
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerSettings:
-    """A worker's `--containers` (the engine) and `--container-cache-size`."""
+    """A worker's `--containers` (the engine), `--container-cache-size`, `--container-pull`."""
 
     engine: str = AUTO
     # Past this total, the least recently used images its jobs ran are removed.
     cache_max_bytes: int | None = None
+    # Whether it pulls a missing image: "auto" (and says it can while its registry
+    # answers or its last pull worked), "yes" (says it can), "no" (never pulls).
+    pull: str = AUTO
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,8 +69,11 @@ class ContainerEngine:
     """One worker's engine, reached on a thread: the service starts when the worker first
     connects (to report its images) or at the first container job."""
 
-    def __init__(self, work_dir: Path, setting: str, cache_max_bytes: int | None = None) -> None:
+    def __init__(
+        self, work_dir: Path, setting: str, cache_max_bytes: int | None = None, pull: str = AUTO
+    ) -> None:
         self.work_dir = work_dir
+        self.pull = pull
         self.setting = setting  # "auto" / "podman": our own service; "unix://...": given
         self.cache_max_bytes = cache_max_bytes
         self._gc_lock = threading.Lock()
@@ -75,7 +81,8 @@ class ContainerEngine:
         self._client: Any = None
         self._lock = threading.Lock()
         self.started_service = False
-        self.can_pull: bool | None = None  # None: no pull tried yet (see images_report)
+        # What it reports: None in auto mode until it knows (see images_report).
+        self.can_pull: bool | None = {"yes": True, "no": False}.get(pull)
         self._changed = threading.Event()  # pulled or removed: report the images again
         self._stopped = threading.Event()
 
@@ -91,7 +98,9 @@ class ContainerEngine:
             raise ValueError(
                 f"--containers {setting!r}: want auto, podman, none or unix:///PATH/TO/SOCKET"
             )
-        return cls(work_dir, setting, settings.cache_max_bytes)
+        if settings.pull not in (AUTO, "yes", "no"):
+            raise ValueError(f"--container-pull {settings.pull!r}: want auto, yes or no")
+        return cls(work_dir, setting, settings.cache_max_bytes, settings.pull)
 
     @property
     def runtime(self) -> str:
@@ -139,11 +148,16 @@ class ContainerEngine:
         try:
             img = client.images.get(ref)
         except docker.errors.ImageNotFound:
+            if self.pull == "no":
+                raise EngineError(
+                    f"image {ref!r} is not on this worker, which does not pull "
+                    "(--container-pull no)"
+                ) from None
             try:
                 img = client.images.pull(ref)
                 self.can_pull = True
             except docker.errors.APIError as e:
-                self.can_pull = False
+                self.can_pull = self.pull == "yes"  # auto: what the last pull said
                 raise EngineError(
                     f"image {ref!r} is not on this worker and pulling it failed: "
                     f"{e.explanation or e}"
@@ -247,11 +261,7 @@ class ContainerEngine:
         """The engine's images and whether a pull may work (blocking: on a thread). Until
         a pull is tried, a pull is expected to work when the default registry answers."""
         if self.can_pull is None:
-            try:
-                socket.create_connection(REGISTRY, timeout=3.0).close()
-                self.can_pull = True
-            except OSError:
-                self.can_pull = False
+            self.can_pull = answers(REGISTRY)
         images = []
         for img in self.client().images.list():
             a = img.attrs
@@ -292,6 +302,15 @@ class ContainerEngine:
 
 
 S = TypeVar("S")
+
+
+def answers(address: tuple[str, int], timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to (host, port) opens within `timeout`."""
+    try:
+        socket.create_connection(address, timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def runtimes_for(settings: ContainerSettings) -> tuple[str, ...]:

@@ -101,6 +101,6 @@ def image_refusal(ref: str, reports: Iterable[ImagesReport | None]) -> str | Non
     listed = ", ".join(names[:20]) + (f" (and {len(names) - 20} more)" if len(names) > 20 else "")
     return (
         f"--container {ref}: unknown image: no worker has it and none can pull it "
-        f"(their registries do not answer); images on workers: {listed or 'none'}; "
+        f"(rbs remote worker --container-pull); images on workers: {listed or 'none'}; "
         "load it on a worker (podman load / podman import) or name one of these"
     )

@@ -104,6 +104,7 @@ class JobCluster:
         gpus: tuple[str, ...] = (),
         containers: str = "auto",
         container_cache: int | None = None,
+        container_pull: str = "auto",
     ) -> Worker:
         async def make() -> tuple[Worker, asyncio.Future[None]]:
             w = Worker(
@@ -118,7 +119,7 @@ class JobCluster:
                     job_slots=job_slots,
                     reconnect_timeout_s=60,
                     containers=ContainerSettings(
-                        engine=containers, cache_max_bytes=container_cache
+                        engine=containers, cache_max_bytes=container_cache, pull=container_pull
                     ),
                 )
             )

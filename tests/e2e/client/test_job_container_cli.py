@@ -63,6 +63,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, 
 def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
     env["RBS_HOME"] = str(home)
+    env["RBS_CONTAINER_PULL"] = "no"  # the local worker never pulls, wherever this runs
     return env
 
 

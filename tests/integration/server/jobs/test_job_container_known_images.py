@@ -39,10 +39,10 @@ def test_an_image_no_worker_has_is_refused_at_submit_listing_theirs(tmp_path: Pa
     ref, marker = build_image(tmp_path, conf)
     c = JobCluster(tmp_path / "server")
     try:
-        c.add_worker(tmp_path / "w1")
+        c.add_worker(tmp_path / "w1", container_pull="no")  # as auto where nothing answers
         client = c.client()
         w = wait_for("the worker's images", lambda: _reported(client, ref), timeout=180)
-        assert not w.get("can_pull_images", False)  # no registry answers here
+        assert not w.get("can_pull_images", False)
         (img,) = [i for i in w["images"] if ref in i["names"]]
         own_id = podman(conf, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
         assert img["image_id"] == f"sha256:{own_id.removeprefix('sha256:')}"
@@ -79,3 +79,26 @@ def test_an_image_no_worker_has_is_refused_at_submit_listing_theirs(tmp_path: Pa
     finally:
         c.stop()
         podman(conf, "rmi", "-f", ref, check=False)
+
+
+def test_a_worker_that_says_it_can_pull_lets_an_unknown_image_through(tmp_path: Path) -> None:
+    c = JobCluster(tmp_path / "server")
+    try:
+        c.add_worker(tmp_path / "w1", container_pull="yes")  # e.g. a private registry
+        client = c.client()
+
+        def can_pull() -> bool:
+            (w,) = client.status()["workers"]
+            return bool(w.get("can_pull_images"))
+
+        wait_for("the worker's images", can_pull, timeout=180)
+        missing = f"localhost/rbs-no-such-image:{uuid.uuid4().hex[:8]}"
+        job = client.submit(["cat", "/etc/rbs-marker"], container=missing)  # not refused
+        assert c.wait(job, timeout=180).state == "FAILED"
+        lines = [ln.text for ln in client.logs(job)]
+        assert any(
+            f"image {missing!r} is not on this worker and pulling it failed" in ln for ln in lines
+        )
+        assert can_pull()  # "yes" stays yes after a failed pull
+    finally:
+        c.stop()
