@@ -6,6 +6,9 @@ server memory per pending job.
     log serve, GET .../logs of a 1,000,000-line job, to the socket >= 1,000,000 lines/s
     a 20-character line on disk (job_logs.db, all pages)          <= 40 B
     server RSS growth over 100,000 pending plain jobs             <= 2 KB per job
+    a scheduler step's p99 over 100,000 restored jobs, without and with gc.freeze()
+    server RSS per ended job, restored from a journal of 100,000   small (ended jobs are
+                                                                  kept out of memory)
 
 Journals for the list figures are written directly (Store.step over the pure core, the
 same rows a server writes) and a real `rbs remote serve` is started on each, with no
@@ -14,11 +17,18 @@ jobs) and shows the first page. The memory figure submits through the HTTP API t
 server, as users do. Run alone, or from bench/jobs.py:
 
     .venv/bin/python bench/jobs_scale.py [--sizes 1000,5000,20000,100000] [--mem-jobs 100000]
+        [--gc-jobs 100000] [--gc-steps 30000] [--only list|logs|memory|gc]
+
+The step figure restores a journal of pending jobs as the server does and times one-submit
+`Store.step`s in this process, once as restored and once after `gc.freeze()` (what the
+server does after restoring): a full collection walks every tracked object, so with the
+restored jobs frozen it walks only what came after.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -36,7 +46,8 @@ from rbs.client.jobs import JobsClient
 from rbs.model import JobManifest, LogLine, LogStream, Resources
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
-from rbs.scheduler.events import Submit
+from rbs.scheduler.events import Submit, TaskExited, WorkerDown, WorkerUp
+from rbs.scheduler.instructions import Start
 from rbs.scheduler.store import Store
 from rbs.server.job_logs import JobLogs
 
@@ -252,6 +263,117 @@ def bench_log_serve(tmp: Path, data: Path, n: int, runs: int) -> None:
         _stop(proc)
 
 
+def _step_times(data: Path, steps: int, freeze: bool) -> tuple[list[float], list[float]]:
+    """Each one-submit step's seconds and each full collection's, over the journal in
+    `data` restored as the server restores it (with or without gc.freeze())."""
+    store = Store(data / "jobs.db", durable=False)
+    sched = store.restore(SchedulerConfig(), time.time(), forget_ended=True)
+    gc.collect()
+    if freeze:
+        gc.freeze()
+    full: list[float] = []
+    began = [0.0]
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                began[0] = time.perf_counter()
+            else:
+                full.append(time.perf_counter() - began[0])
+
+    gc.callbacks.append(watch)
+    times = []
+    now = time.time()
+    try:
+        for i in range(steps):
+            t = time.perf_counter()
+            store.step(sched, [Submit(manifest=_manifest(i))], now + i * 1e-3)
+            times.append(time.perf_counter() - t)
+    finally:
+        gc.callbacks.remove(watch)
+        if freeze:
+            gc.unfreeze()
+        store.close()
+    return times, full
+
+
+def bench_gc_step(tmp: Path, n: int, steps: int) -> None:
+    data = tmp / "gc"
+    write_journal(data, n)
+    for freeze in (False, True):
+        copy = tmp / f"gc-{freeze}"
+        shutil.copytree(data, copy)
+        times, full = _step_times(copy, steps, freeze)
+        shutil.rmtree(copy, ignore_errors=True)
+        q = statistics.quantiles(times, n=100)
+        walks = (
+            f"{len(full)} full collections, median {statistics.median(full) * 1e3:.0f} ms"
+            if full
+            else "no full collection"
+        )
+        print(
+            f"scheduler step over {n:,} restored jobs, {'gc.freeze()' if freeze else 'as restored'}:"
+            f" p50 {q[49] * 1e3:.2f} ms, p99 {q[98] * 1e3:.2f} ms, max {max(times) * 1e3:.0f} ms"
+            f" ({steps:,} one-submit steps; {walks})"
+        )
+    shutil.rmtree(data, ignore_errors=True)
+
+
+def write_ended_journal(data: Path, n: int) -> None:
+    """`n` jobs that ran and completed on one big worker, journaled as a server does."""
+    data.mkdir(parents=True)
+    store = Store(data / "jobs.db", durable=False)
+    sched = Scheduler(SchedulerConfig(), forget_ended=True)
+    batch, now = 2000, time.time() - n
+    big = WorkerUp(
+        worker_id="bench",
+        hostname="bench",
+        address="127.0.0.1",
+        cpu_millis=batch * 1000,
+        memory_bytes=batch << 30,
+        gpus=(),
+        job_slots=batch,
+    )
+    store.step(sched, [big], now)
+    for first in range(0, n, batch):
+        events = [Submit(manifest=_manifest(i)) for i in range(first, min(n, first + batch))]
+        out = store.step(sched, events, now + first)
+        exits = [
+            TaskExited(run=i.run, worker_id=i.worker_id, exit_code=0)
+            for i in out
+            if isinstance(i, Start)
+        ]
+        store.step(sched, exits, now + first + 1)
+    store.step(sched, [WorkerDown(worker_id="bench")], now + n)
+    store.close()
+
+
+def bench_ended_memory(tmp: Path, n: int) -> None:
+    rss = {}
+    for name, jobs in (("empty", 0), ("ended", n)):
+        data = tmp / f"ended-{name}"
+        if jobs:
+            write_ended_journal(data, jobs)
+        else:
+            data.mkdir()
+        proc, port, _ = _serve(data, tmp / f"ended-{name}.log")
+        try:
+            with JobsClient(f"127.0.0.1:{port}") as c:
+                c.status()  # the same code paths run in both
+                if jobs:
+                    shown = c.show(str(jobs))  # served from the journal
+                    assert shown.state == "COMPLETED", shown.state
+            rss[name] = _rss(proc.pid)
+        finally:
+            _stop(proc)
+        shutil.rmtree(data, ignore_errors=True)
+    per = (rss["ended"] - rss["empty"]) / n
+    print(
+        f"server memory: {per:,.0f} B RSS per ended job restored ({n:,} ended jobs; RSS"
+        f" {rss['empty'] >> 20} MiB empty -> {rss['ended'] >> 20} MiB)"
+    )
+
+
 def bench_memory(tmp: Path, n: int, clients: int) -> None:
     proc, port, _ = _serve(tmp / "mem", tmp / "mem.log")
     try:
@@ -290,17 +412,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--log-lines", type=int, default=1_000_000)
     ap.add_argument("--mem-jobs", type=int, default=100_000)
     ap.add_argument("--clients", type=int, default=4, help="submitting threads (memory)")
+    ap.add_argument("--gc-jobs", type=int, default=100_000, help="restored jobs (step p99)")
+    ap.add_argument("--gc-steps", type=int, default=30_000)
+    ap.add_argument("--ended-jobs", type=int, default=100_000, help="ended jobs (memory)")
+    ap.add_argument("--only", choices=["list", "logs", "memory", "gc"], help="one part only")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="rbs-bench-scale-"))
     print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     try:
-        bench_list(tmp, [int(x) for x in args.sizes.split(",")], args.runs)
-        data = bench_log_store(tmp, args.log_lines)
-        bench_random_text(tmp, min(args.log_lines, 200_000))
-        bench_log_serve(tmp, data, args.log_lines, args.runs)
-        if args.mem_jobs:
+        part = args.only
+        if part in (None, "list"):
+            bench_list(tmp, [int(x) for x in args.sizes.split(",")], args.runs)
+        if part in (None, "logs"):
+            data = bench_log_store(tmp, args.log_lines)
+            bench_random_text(tmp, min(args.log_lines, 200_000))
+            bench_log_serve(tmp, data, args.log_lines, args.runs)
+        if args.mem_jobs and part in (None, "memory"):
             bench_memory(tmp, args.mem_jobs, args.clients)
+        if args.ended_jobs and part in (None, "memory"):
+            bench_ended_memory(tmp, args.ended_jobs)
+        if args.gc_jobs and part in (None, "gc"):
+            bench_gc_step(tmp, args.gc_jobs, args.gc_steps)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
