@@ -66,8 +66,7 @@ class ImageInfo:
 
 
 class ContainerEngine:
-    """One worker's engine, reached on a thread: the service starts when the worker first
-    connects (to report its images) or at the first container job."""
+    """One worker's engine: reached lazily (the service starts at the first container job)."""
 
     def __init__(
         self, work_dir: Path, setting: str, cache_max_bytes: int | None = None, pull: str = AUTO
@@ -262,14 +261,24 @@ class ContainerEngine:
         a pull is tried, a pull is expected to work when the default registry answers."""
         if self.can_pull is None:
             self.can_pull = answers(REGISTRY)
+        if self.runtime == "podman" and not podman_service.answers(
+            podman_service.socket_path(self.work_dir)
+        ):
+            # No service yet (it starts at the first container job): podman's CLI lists.
+            found = podman_service.list_images(self.work_dir)
+        else:
+            found = [img.attrs for img in self.client().images.list()]
         images = []
-        for img in self.client().images.list():
-            a = img.attrs
-            tags = [t for t in a.get("RepoTags") or () if not t.startswith("<none>")]
+        for a in found:
+            tags = a.get("RepoTags") or a.get("Names") or ()
+            image_id = str(a.get("Id") or "")
             images.append(
                 LocalImageInfo(
-                    image_id=img.id,
-                    names=(*tags, *(a.get("RepoDigests") or ())),
+                    image_id=image_id if image_id.startswith("sha256:") else f"sha256:{image_id}",
+                    names=(
+                        *(t for t in tags if not t.startswith("<none>")),
+                        *(a.get("RepoDigests") or ()),
+                    ),
                     size_bytes=int(a.get("Size") or 0),
                 )
             )

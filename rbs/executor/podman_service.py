@@ -13,6 +13,7 @@ daemon's plain stop ends it (`stop`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 CONF = """\
 # Written by rbs remote worker for its own podman API service.
@@ -63,6 +65,38 @@ def answers(path: Path) -> bool:
     return head.startswith(b"HTTP/1.") and head[8:13] == b" 200 "
 
 
+def conf_file(work_dir: Path) -> Path:
+    """The worker's own containers.conf (written, with its 0700 folder, when missing)."""
+    d = folder(work_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    conf = d / "containers.conf"
+    conf.write_text(CONF)
+    return conf
+
+
+def list_images(work_dir: Path) -> list[dict[str, Any]]:
+    """`podman images --format json` under the worker's containers.conf: the host's
+    images, without starting the API service (EngineError when podman fails)."""
+    podman = shutil.which("podman")
+    if podman is None:
+        raise EngineError("podman is not installed on this worker (apt-get install podman runc)")
+    env = {**os.environ, "CONTAINERS_CONF": str(conf_file(work_dir))}
+    try:
+        out = subprocess.run(
+            [podman, "images", "--format", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+            check=True,
+        ).stdout
+        images: list[dict[str, Any]] = json.loads(out or "[]")
+    except (subprocess.SubprocessError, ValueError) as e:
+        raise EngineError(f"podman images failed: {e}") from None
+    return images
+
+
 def ensure(work_dir: Path) -> str:
     """The service's URL (`unix://...`), starting it when none answers; EngineError."""
     path = socket_path(work_dir)
@@ -74,10 +108,7 @@ def ensure(work_dir: Path) -> str:
     if shutil.which("runc") is None:
         raise EngineError("runc is not installed on this worker (apt-get install runc)")
     d = folder(work_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    os.chmod(d, 0o700)
-    conf = d / "containers.conf"
-    conf.write_text(CONF)
+    conf = conf_file(work_dir)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}

@@ -43,6 +43,8 @@ def test_an_image_no_worker_has_is_refused_at_submit_listing_theirs(tmp_path: Pa
         client = c.client()
         w = wait_for("the worker's images", lambda: _reported(client, ref), timeout=180)
         assert not w.get("can_pull_images", False)
+        # Listed without the API service, which waits for the first container job.
+        assert not (tmp_path / "w1" / "containers" / "podman.sock").exists()
         (img,) = [i for i in w["images"] if ref in i["names"]]
         own_id = podman(conf, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
         assert img["image_id"] == f"sha256:{own_id.removeprefix('sha256:')}"
