@@ -152,7 +152,7 @@ def build(
     from rbs.build.driver import run_build
     from rbs.build.engine import out_path
 
-    started = time.monotonic()
+    started, wall = time.monotonic(), time.time()
     try:
         root, cwd_pkg = _workspace()
         result = run_build(
@@ -164,6 +164,9 @@ def build(
     except BuildError as e:
         _fail(e)
     _summary(result, started)
+    from rbs.cli.build_bes import record_invocation
+
+    record_invocation("build", patterns, result, wall, 0 if result.ok else 1)
     for err in result.load_errors:
         click.echo(err.render(), err=True)
     if not result.ok:
@@ -210,7 +213,7 @@ def test(
     from rbs.build.driver import run_build
     from rbs.build.runner import TIMEOUT_EXIT
 
-    started = time.monotonic()
+    started, wall = time.monotonic(), time.time()
     try:
         root, cwd_pkg = _workspace()
         result = run_build(
@@ -252,8 +255,13 @@ def test(
         click.echo("rbs: no test targets matched", err=True)
     for err in result.load_errors:
         click.echo(err.render(), err=True)
-    if failed or not_run or result.load_errors or (not result.ok and not result.report.tests):
-        sys.exit(3 if failed else 1)
+    bad = failed or not_run or result.load_errors or (not result.ok and not result.report.tests)
+    code = (3 if failed else 1) if bad else 0
+    from rbs.cli.build_bes import record_invocation
+
+    record_invocation("test", patterns, result, wall, code)
+    if code:
+        sys.exit(code)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True})

@@ -66,6 +66,15 @@ def remote_options(f: Callable[..., Any]) -> Callable[..., Any]:
         help="Run actions locally but share the --remote server's action cache.",
     )(f)
     f = click.option(
+        "--bes-backend",
+        "bes_backend",
+        metavar="HOST:PORT",
+        expose_value=False,
+        callback=_store,
+        help="Record this invocation on this Build Event Service (an rbs server's gRPC "
+        "port) [default: the --remote server].",
+    )(f)
+    f = click.option(
         "--remote",
         "remote",
         metavar="HOST:PORT",
@@ -76,6 +85,15 @@ def remote_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "token from $RBS_REMOTE_TOKEN).",
     )(f)
     return f
+
+
+def bes_target_from_context() -> str | None:
+    """Where to record the invocation: --bes-backend, else --remote, else nowhere."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    target = ctx.meta.get(f"{_KEY}.bes_backend") or ctx.meta.get(f"{_KEY}.remote")
+    return str(target) if target else None
 
 
 def remote_backend_from_context() -> Any:

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 BEP_TYPE = "type.googleapis.com/build_event_stream.BuildEvent"
 MAX_CONSOLE = 256 * 1024  # bytes of console output kept per invocation
 MAX_LIVE = 1_000  # invocations streaming at once
-_CACHE_HITS = re.compile(r"(\d+) (?:remote cache hit|disk cache hit)")
+# Bazel's "N remote cache hit" (or disk) and rbs build's "N cache hits".
+_CACHE_HITS = re.compile(r"(\d+) (?:remote |disk )?cache hits?\b")
 _SAVE_EVERY = 2.0  # seconds between saves while a stream runs
 
 
@@ -80,7 +81,8 @@ class Recorder:
         kind = ev.WhichOneof("payload")
         if kind == "started":
             s = ev.started
-            d["tool"] = f"bazel {s.build_tool_version}".strip()
+            version = s.build_tool_version
+            d["tool"] = version if version.startswith("rbs") else f"bazel {version}".strip()
             d["command"] = s.command
             d["workspace"] = s.workspace_directory
             if s.start_time_millis:
