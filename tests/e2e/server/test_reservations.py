@@ -64,7 +64,7 @@ def submit(server: str, *args: str) -> str:
 def test_a_window_keeps_long_jobs_off_and_lets_short_ones_fill_the_gap(
     cluster: tuple[str, list[str], Path],
 ) -> None:
-    server, (w1, w2), _ = cluster
+    server, _workers, _ = cluster
     r = rbs("job", "reserve", "--server", server, "maint", "--in", "1h", "--for", "2h",
             "--reason", "kernel update")  # fmt: skip
     assert r.returncode == 0, r.stderr
