@@ -315,6 +315,8 @@ class JobManifest:
     # May be stopped for a job of a higher tier in a queue that preempts this one's
     # (rbs.scheduler.preempt): back to PENDING, or PREEMPTED, per the queue's mode.
     preemptible: bool = False
+    # `rbs job submit -i`: its stdin is a pipe an attached client feeds (rbs.server.job_attach).
+    interactive: bool = False
     api_version: str = MANIFEST_API_VERSION
 
     def __post_init__(self) -> None:

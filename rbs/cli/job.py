@@ -326,6 +326,21 @@ def list_jobs(
     _done("list", run)
 
 
+@job.command("attach")
+@_options(COMMON_FLAGS)
+@click.argument("job_id", metavar="ID")
+def attach(server: str | None, token_file: str | None, job_id: str) -> None:
+    """Reattach to a job submitted with -i: its output from now on, your stdin to it."""
+
+    def run() -> int:
+        from rbs.cli.job_attach import attach as attach_job
+
+        with client_for(server, token_file) as client:
+            return attach_job(client, job_id, after="now")
+
+    _done("attach", run)
+
+
 @job.command("logs")
 @_options(COMMON_FLAGS)
 @click.argument("job_id", metavar="ID")

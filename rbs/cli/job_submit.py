@@ -103,8 +103,9 @@ SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--manifest", TEXT, "FILE", "Submit a FILE.job.json built earlier."),
     ("--wait", FLAG, "", "Wait for the job to end; exit with its exit status."),
     ("--follow", FLAG, "", "Stream the job's log until it ends (-f); exit with its status."),
+    ("--interactive", FLAG, "", "Attach: stdin to the job, its output here (-i); its status."),
 )
-SHORT_FLAGS = {"-f": "--follow"}
+SHORT_FLAGS = {"-f": "--follow", "-i": "--interactive"}
 USAGE = "[OPTIONS] -- COMMAND [ARGS...] | --script FILE | //pkg:target"
 
 
@@ -311,6 +312,7 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         "outputs": list(params["outputs"]) or None,
         "no_requeue": params["no_requeue"] or None,
         "preemptible": params["preemptible"] or None,
+        "interactive": params["interactive"] or None,
         "nodes": params["nodes"],
         "max_retries": params["max_retries"],
         "restarts": params["restarts"],
@@ -349,6 +351,11 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
             secrets=secrets,
             **flags,
         )
+        if params["interactive"]:  # stdout is the job's alone
+            print(f"rbs: job {job_id}", file=sys.stderr, flush=True)
+            from rbs.cli.job_attach import attach
+
+            return attach(client, job_id)
         print(job_id)
         sys.stdout.flush()
         if params["follow"] or params["wait"]:

@@ -1,6 +1,6 @@
 """The worker's job host: runs the job leases the scheduler sends, in job slots.
 
-The worker daemon hands every JobLease, KillJob and Ack it receives to `handle()`.
+The worker daemon hands every JobLease, KillJob, JobInput and Ack it receives to `handle()`.
 A lease becomes a run: on a thread (`jobrun.prepare`) its folder is made and its input
 tree (and checkpoint, on a retry) copied out of the CAS; then the run supervisor
 (`rbs.executor.supervisor`, one process per worker, reached through
@@ -11,24 +11,21 @@ outputs and the checkpoint folder are stored as trees (`jobrun.finish`), the las
 lines are queued, and only then JobFinished, so a follower of the log sees every line
 before the job's end.
 
-The scheduler owns time limits and final states: the host never passes the time limit
-to the runner; a KillJob(reason="timeout") ends the run, and the scheduler maps its
-own kill reasons to TIMEOUT, CANCELLED or PREEMPTED. JobStarted goes out only for a
-run still alive shortly after its start (`jobship.StartReports`).
+The scheduler owns time limits and final states: a KillJob(reason="timeout") ends the
+run, and the scheduler maps its own kill reasons to TIMEOUT, CANCELLED or PREEMPTED.
+JobStarted goes out only for a run still alive shortly after its start (`StartReports`).
 
-Across a broken stream: runs carry on; their lease ids, and those of runs whose
-JobFinished the server has not acknowledged (ResultAck) yet, are listed in the next Register
-(`held_leases`) so the scheduler keeps them here; after registering, `on_connected`
-re-sends every unacknowledged log line and then the held JobFinished messages. A
-JobFinished counts as delivered only once the server acknowledges it, after the journal
-commit of the step that took it; a run's folder and spool go then (and every line acked).
+Across a broken stream: runs carry on; their lease ids, and those of runs whose JobFinished
+is not acknowledged (ResultAck) yet, are in the next Register (`held_leases`), so the
+scheduler keeps them here; `on_connected` then re-sends every unacknowledged log line and
+the held JobFinished messages. A JobFinished is delivered once the server acknowledges it,
+after the journal commit that took it; the run's folder and spool go then.
 
 Across a daemon restart: the supervisor holds the runs, so a daemon stopped with
-`leave_running` (or killed) leaves them going; the next daemon connects to the same
-supervisor (`start`), lists its runs, holds them in its first Register as the same
-attempts, re-ships their lines from the last acknowledged seq and reports the exits it
-missed. A daemon that finds no supervisor starts one, which sweeps what a dead one
-left; the scheduler, not seeing those runs held, requeues them.
+`leave_running` (or killed) leaves them going; the next daemon connects to it (`start`),
+lists its runs, holds them in its first Register as the same attempts, re-ships their
+lines from the last acknowledged seq and reports the exits it missed. A daemon finding
+no supervisor starts one, which sweeps what a dead one left (the scheduler requeues it).
 """
 
 from __future__ import annotations
@@ -53,6 +50,7 @@ from rbs.executor.jobrun import (
     RunResult,
     finish,
     finished,
+    input_message,
     kill_request,
     prepare,
     reattach,
@@ -75,6 +73,7 @@ from rbs.executor.supervisor_proto import (
 )
 from rbs.model import Digest, JobState, KillReason, LogLine, LogStream
 from rbs.wire.workers_jobs import (
+    InputOrder,
     JobFinishedReport,
     JobLeaseInfo,
     JobOrder,
@@ -254,7 +253,7 @@ class JobHost:
         if isinstance(order, JobLeaseInfo):
             await self.start()
             self._accept(order)
-        elif isinstance(order, KillOrder):
+        elif isinstance(order, KillOrder | InputOrder):
             self._kill(order)
         elif isinstance(order, LogAck):
             run = self._runs.get(order.lease_id)
@@ -309,12 +308,14 @@ class JobHost:
         self._runs[lease.lease_id] = run
         run.task = asyncio.create_task(self._lifecycle(run), name=f"job-{lease.lease_id}")
 
-    def _kill(self, kill: KillOrder) -> None:
+    def _kill(self, kill: KillOrder | InputOrder) -> None:
         run = self._runs.get(kill.lease_id)
         if run is None or run.finished is not None:
-            log.info("kill for %s, which no longer runs here (%s)", kill.lease_id, kill.reason)
-            return
-        self._request_kill(run, *kill_request(kill))
+            log.info("%s for %s, which no longer runs here", type(kill).__name__, kill.lease_id)
+        elif not isinstance(kill, InputOrder):
+            self._request_kill(run, *kill_request(kill))
+        elif run.live and self.supervisor.connected:  # an interactive run's stdin or signal
+            self.supervisor.send(input_message(kill))
 
     def _request_kill(self, run: LeaseRun, reason: KillReason, message: str, state: str) -> None:
         if run.kill is None:

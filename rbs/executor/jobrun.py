@@ -13,6 +13,7 @@ with (`report`), from the supervisor's `Exited`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import errno
 import logging
 import os
@@ -32,7 +33,7 @@ from rbs.executor.jobship import LogShipper
 from rbs.executor.jobspec import JobOutcome, JobSpec
 from rbs.executor.podman_service import EngineError
 from rbs.executor.runuser import RunUsers, as_spec
-from rbs.executor.supervisor_proto import Exited, RunInfo, RunSpec
+from rbs.executor.supervisor_proto import Exited, Input, RunInfo, RunSpec, SignalRun
 from rbs.model import (
     DEFAULT_FUNCTION,
     DigestFunction,
@@ -41,7 +42,13 @@ from rbs.model import (
     KillReason,
     LogStream,
 )
-from rbs.wire.workers_jobs import JobFinishedReport, JobLeaseInfo, JobReport, KillOrder
+from rbs.wire.workers_jobs import (
+    InputOrder,
+    JobFinishedReport,
+    JobLeaseInfo,
+    JobReport,
+    KillOrder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -280,8 +287,17 @@ def run_spec(
         max_line_chars=spec.max_line_chars,
         owner=run.owner(),
         users=as_spec(users, run.dirs.tmp) if users is not None else None,
+        stdin=run.lease.manifest is not None and run.lease.manifest.interactive,
         **pinning(run.lease.manifest),
     )
+
+
+def input_message(order: InputOrder) -> Input | SignalRun:
+    """An interactive run's JobInput as the supervisor's request."""
+    if order.signal:
+        return SignalRun(lease_id=order.lease_id, signal=order.signal)
+    data = base64.b64encode(order.data).decode()
+    return Input(lease_id=order.lease_id, data=data, eof=order.eof)
 
 
 def pinning(m: JobManifest | None) -> dict[str, Any]:

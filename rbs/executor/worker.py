@@ -60,6 +60,7 @@ from rbs.wire.workers_actions import (
     CancelOrder,
 )
 from rbs.wire.workers_jobs import (
+    InputOrder,
     JobFinishedReport,
     JobLeaseInfo,
     JobOrder,
@@ -388,7 +389,7 @@ class Worker:
                 if task is not None:
                     log.info("cancelling %s: %s", order.lease_id, order.reason)
                     task.cancel()
-            elif isinstance(order, JobLeaseInfo | KillOrder | LogAck | ResultAck):
+            elif isinstance(order, JobLeaseInfo | KillOrder | LogAck | ResultAck | InputOrder):
                 if self.job_handler is not None:
                     await self.job_handler(order)
                 else:

@@ -129,6 +129,7 @@ class JobsApi:
         r.add_get("/v1/jobs/{id}/logs", self.logs)
         r.add_get("/v1/jobs/{id}/outputs", self.outputs)
         r.add_get("/v1/jobs/{id}/telemetry", self.telemetry)
+        r.add_get("/v1/jobs/{id}/attach", self.attach)  # a websocket: rbs.server.job_attach
         r.add_get("/v1/queues", self.queues)
         r.add_get("/v1/status", self.status)
         r.add_post("/v1/cas/missing", self.cas_missing)
@@ -288,6 +289,12 @@ class JobsApi:
         await resp.write(jobs_api.log_end_payload(self.driver.state_of(ref.job_id)))
         await resp.write_eof()
         return resp
+
+    async def attach(self, request: web.Request) -> web.StreamResponse:
+        from rbs.server.job_attach import Attach
+
+        job_id = _task(request.match_info["id"]).job_id
+        return await Attach(self.driver).handle(request, request[PRINCIPAL], job_id)
 
     async def outputs(self, request: web.Request) -> web.Response:
         ref = _task(request.match_info["id"])

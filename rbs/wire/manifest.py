@@ -56,7 +56,7 @@ CONTAINER_KEYS = ("container", "network")
 # Joblet's resource flags, present only when set (so other manifests read as before).
 PINNING_KEYS = ("cpu_cores", "max_iobps")
 # Present only when true (so other manifests read as before).
-PREEMPT_KEYS = ("preemptible",)
+PREEMPT_KEYS = ("preemptible", "interactive")
 _TOP_KEYS = frozenset(
     {"apiVersion", "resources", *CONTAINER_KEYS, *PINNING_KEYS, *PREEMPT_KEYS}
     | {f.split(".")[0] for f in PROVENANCE_FIELDS}
@@ -73,8 +73,7 @@ def manifest_to_dict(m: JobManifest) -> dict[str, Any]:
         extra["cpu_cores"] = format_cores(m.cpu_cores)
     if m.max_iobps is not None:
         extra["max_iobps"] = m.max_iobps
-    if m.preemptible:
-        extra["preemptible"] = True
+    extra |= {k: True for k in PREEMPT_KEYS if getattr(m, k)}
     return extra | {
         "apiVersion": m.api_version,
         "name": m.name,
@@ -162,7 +161,7 @@ def manifest_from_dict(data: Any) -> JobManifest:
     for key in ("min_nodes", "max_nodes"):
         if data.get(key) is not None:
             kw[key] = specs.parse_count(_typed(data, key, int), f"manifest {key}", minimum=1)
-    for key in ("elastic", "requeue", "preemptible"):
+    for key in ("elastic", "requeue", *PREEMPT_KEYS):
         if data.get(key) is not None:
             kw[key] = _typed(data, key, bool)
     if data.get("time_limit") is not None:
@@ -352,8 +351,8 @@ def apply_flags(
         elif flag == "--no-requeue":
             if value:
                 take(flag, "requeue", False)
-        elif flag == "--preemptible":
-            take(flag, "preemptible", bool(value))
+        elif flag in ("--preemptible", "--interactive"):
+            take(flag, flag[2:], bool(value))
         elif flag in ("--min-nodes", "--max-nodes"):
             field = flag[2:].replace("-", "_")
             take(flag, field, specs.parse_count(value, flag, 1))
@@ -370,6 +369,7 @@ def apply_flags(
                         "--env",
                         "--no-requeue",
                         "--preemptible",
+                        "--interactive",
                         "--min-nodes",
                         "--max-nodes",
                     ]
@@ -423,6 +423,7 @@ _FLAG_TYPES: dict[str, tuple[type, ...]] = {
     "--memory": (str, int),
     "--no-requeue": (bool,),
     "--preemptible": (bool,),
+    "--interactive": (bool,),
     "--env": (str, list, tuple),
     "--outputs": (str, list, tuple),
     "--secret": (str, list, tuple),

@@ -114,6 +114,7 @@ def manifest_to_proto(m: JobManifest) -> jobs_pb2.JobManifest:
     if m.max_iobps is not None:
         pb.max_iobps = m.max_iobps
     pb.preemptible = m.preemptible
+    pb.interactive = m.interactive
     if m.input_root is not None:
         pb.input_root.CopyFrom(digest_to_pb(m.input_root))
         pb.input_root_digest_function = function_to_pb(m.input_root.function)
@@ -190,6 +191,7 @@ def manifest_from_proto(pb: jobs_pb2.JobManifest) -> JobManifest:
             cpu_cores=parse_cores(pb.cpu_cores, "manifest cpu_cores") if pb.cpu_cores else (),
             max_iobps=pb.max_iobps if pb.HasField("max_iobps") else None,
             preemptible=pb.preemptible,
+            interactive=pb.interactive,
             array=_array(pb),
             dependencies=tuple(_dependency(i, d) for i, d in enumerate(pb.dependencies)),
             **_optional_fields(pb),

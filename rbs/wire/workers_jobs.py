@@ -126,7 +126,17 @@ class LogBatch:
     lines: tuple[LogLine, ...]
 
 
-JobOrder = JobLeaseInfo | KillOrder | LogAck | ResultAck
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputOrder:
+    """Stdin bytes for an interactive run, its end (`eof`), or a signal number (JobInput)."""
+
+    lease_id: str
+    data: bytes = b""
+    eof: bool = False
+    signal: int = 0
+
+
+JobOrder = JobLeaseInfo | KillOrder | LogAck | ResultAck | InputOrder
 JobReport = JobStartedReport | JobFinishedReport | LogBatch
 
 
@@ -211,6 +221,16 @@ def kill_to_pb(order: KillOrder) -> w_pb2.KillJob:
 
 def kill_from_pb(pb: w_pb2.KillJob) -> KillOrder:
     return KillOrder(lease_id=pb.lease_id, job_id=pb.job_id, state=pb.state, reason=pb.reason)
+
+
+def input_to_pb(order: InputOrder) -> w_pb2.JobInput:
+    return w_pb2.JobInput(
+        lease_id=order.lease_id, data=order.data, eof=order.eof, signal=order.signal
+    )
+
+
+def input_from_pb(pb: w_pb2.JobInput) -> InputOrder:
+    return InputOrder(lease_id=pb.lease_id, data=pb.data, eof=pb.eof, signal=pb.signal)
 
 
 def ack_to_pb(ack: LogAck) -> w_pb2.Ack:

@@ -33,6 +33,7 @@ from rbs.wire.workers_actions import (
 )
 from rbs.wire.workers_images import ImagesReport, images_from_pb, images_to_pb
 from rbs.wire.workers_jobs import (
+    InputOrder,
     JobFinishedReport,
     JobLeaseInfo,
     JobStartedReport,
@@ -42,6 +43,8 @@ from rbs.wire.workers_jobs import (
     ResultAck,
     ack_from_pb,
     ack_to_pb,
+    input_from_pb,
+    input_to_pb,
     job_finished_from_pb,
     job_finished_to_pb,
     job_lease_from_pb,
@@ -140,6 +143,7 @@ ServerOrder = (
     | LogAck
     | LeaseRenewal
     | ResultAck
+    | InputOrder
 )
 
 
@@ -279,6 +283,7 @@ _ORDERS: Mapping[type, tuple[str, Callable[[Any], Any]]] = {
     LogAck: ("ack", ack_to_pb),
     LeaseRenewal: ("lease_renewal", renewal_to_pb),
     ResultAck: ("result_ack", result_ack_to_pb),
+    InputOrder: ("job_input", input_to_pb),
 }
 
 _READ_ORDERS: Mapping[str, Callable[[Any], ServerOrder]] = {
@@ -290,6 +295,7 @@ _READ_ORDERS: Mapping[str, Callable[[Any], ServerOrder]] = {
     "ack": ack_from_pb,
     "lease_renewal": renewal_from_pb,
     "result_ack": result_ack_from_pb,
+    "job_input": input_from_pb,
 }
 
 

@@ -33,6 +33,8 @@ SAME = [
     ["submit", "--cpu-cores", "0-3,6", "--max-iobps=10M", "--", "x"],
     ["submit", "--begin", "tomorrow 09:00", "--schedule=30m", "--", "x"],
     ["submit", "--preemptible", "--queue", "low", "--", "x"],
+    ["submit", "--interactive", "--", "x"],
+    ["submit", "-i", "--name", "n", "--", "x"],
 ]
 
 DEFER = [

@@ -154,6 +154,7 @@ def _full() -> JobManifest:
         container="localhost/img@sha256:abababababababababababababababababababababababababababababababab",
         network="none",
         preemptible=True,
+        interactive=True,
     )
 
 
