@@ -63,7 +63,8 @@ class Terminal:
                     url, headers=headers, ssl=conn.tls or True, heartbeat=20.0
                 )
             except aiohttp.WSServerHandshakeError as e:
-                raise JobError(f"cannot attach to job {self.job_id}: {_refusal(e)}") from None
+                why = _REFUSALS.get(e.status, f"the server answered HTTP {e.status}")
+                raise JobError(f"cannot attach to job {self.job_id}: {why}") from None
             except aiohttp.ClientError as e:
                 raise JobError(f"cannot reach {conn.name} to attach: {e}") from None
             self.ws = ws
@@ -146,11 +147,8 @@ def attach(client: JobsClient, job_id: str, *, after: str = "0") -> int:
 
 
 _REFUSALS = {
+    400: "not a job id (want a number like 12)",
     401: "the server wants a token: set RBS_REMOTE_TOKEN (or --token-file)",
     403: "only the job's owner or an admin may attach to it",
     404: "no such job",
 }
-
-
-def _refusal(e: aiohttp.WSServerHandshakeError) -> str:
-    return _REFUSALS.get(e.status, f"the server answered HTTP {e.status}")

@@ -126,3 +126,11 @@ def test_the_job_outlives_its_client_and_attach_reattaches(
     assert again.returncode == 3, err.decode()
     assert b"ready" not in out  # output from now on, as sattach
     wait_for("the job's end", lambda: client.show(job).state == "FAILED")
+
+
+def test_attach_names_what_is_wrong(cluster: JobCluster) -> None:
+    for job, why in (("999", b"no such job"), ("abc", b"not a job id")):
+        proc = _rbs(cluster, "attach", job)
+        _, err = proc.communicate(b"", timeout=120)
+        assert proc.returncode == 2
+        assert why in err and b"Traceback" not in err
