@@ -75,14 +75,14 @@ def open_store(config: Config) -> BlobStore:
 
     With a bound, every write that takes the store over it evicts least recently used
     blobs outside the lease (`[cas] lease`, 3 h); the action cache drops results whose
-    outputs went. The server is the one process that writes its store, so
-    FindMissingBlobs answers from the store's presence index (docs/design/cas.md).
+    outputs went. FindMissingBlobs stats each blob: the store's presence index
+    (docs/design/cas.md) is not used here, as it reported blobs removed behind the
+    server's back, and blobs of another digest function, as present.
     """
     store = CountingDiskStore(  # a DiskStore that counts lookups and evictions (/metrics)
         config.server.data_dir / "cas",
         max_size=config.cas.max_size,
         lease=config.cas.lease,
-        index=True,
     )
     swept = store.sweep_tmp()
     if swept:

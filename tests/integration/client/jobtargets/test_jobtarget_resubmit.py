@@ -14,8 +14,8 @@ from jobtarget_ws import CAT_JOB, write_ws
 
 from rbs.cas.digests import digest_from_pb
 from rbs.cas.tree import read_directory
-from rbs.cli.job import job as job_group
 from rbs.cli.job_views import print_show
+from rbs.cli.root import cli
 from rbs.client.jobs import JobError, JobsClient
 from rbs.client.resubmit import job_manifest, resubmit
 from rbs.client.targets import build_job_target, stage_manifest_inputs
@@ -105,7 +105,7 @@ def test_resubmit_from_another_folder_runs_the_same_manifest_and_inputs(
     assert out_lines(client, again) == ["hello args=a1 attempt=1", "the data"]
     # Through the CLI, with an override layered on top.
     res = CliRunner().invoke(
-        job_group, ["resubmit", job, "--server", cluster.address, "--priority", "9"]
+        cli, ["job", "resubmit", job, "--server", cluster.address, "--priority", "9"]
     )
     assert res.exit_code == 0, res.output
     third = res.output.strip().splitlines()[-1]
@@ -145,7 +145,7 @@ def test_resubmit_after_eviction_names_the_missing_input(
     text = str(e.value)
     assert "app/data.txt" in text and "keep_inputs" in text
     assert "rbs job submit //app:job@" in text
-    res = CliRunner().invoke(job_group, ["resubmit", job, "--server", cluster.address])
+    res = CliRunner().invoke(cli, ["job", "resubmit", job, "--server", cluster.address])
     assert res.exit_code == 2 and "app/data.txt" in res.output
     # From the workspace, whose build store still has the blob, it is staged again.
     monkeypatch.chdir(root)
@@ -191,7 +191,7 @@ def test_rev_outside_a_git_work_tree_is_refused_naming_the_forms(
     assert "//pkg:target@REV" in text
     # The command line says the same, before it looks for a cluster, with no traceback.
     monkeypatch.chdir(root)
-    res = CliRunner().invoke(job_group, ["submit", "//app:job@HEAD~1"])
+    res = CliRunner().invoke(cli, ["job", "submit", "//app:job@HEAD~1"])
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert "rbs job submit: error: //app:job@HEAD~1" in res.output
     assert "not in a git work tree" in res.output
