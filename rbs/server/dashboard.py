@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from rbs.server import dashboard_pages as pages
-from rbs.server.dashboard_assets import CSS, ICON, JS
+from rbs.server.dashboard_assets import CSS, ICON, JS, VENDORED, vendored
 from rbs.wire import jobs_api
 from rbs.wire import jobs_api_requests as req
 from rbs.wire.auth import Principal, Refused, Role, owner_refusal
@@ -91,6 +91,8 @@ class Dashboard:
         r.add_get(PREFIX + "/static/dashboard.css", self.css)
         r.add_get(PREFIX + "/static/dashboard.js", self.js)
         r.add_get(PREFIX + "/static/favicon.svg", self.icon)
+        for name in VENDORED:
+            r.add_get(PREFIX + "/static/" + name, self.vendored)
         r.add_get("/favicon.ico", self.icon)
         r.add_get(PREFIX + "/login", self.login_form)
         r.add_post(PREFIX + "/login", self.login)
@@ -98,6 +100,7 @@ class Dashboard:
         r.add_get(PREFIX + "/jobs", self._page(self.jobs))
         r.add_get(PREFIX + "/jobs/{id}", self._page(self.job))
         r.add_get(PREFIX + "/jobs/{id}/log", self._page(self.log))
+        r.add_get(PREFIX + "/jobs/{id}/telemetry", self._page(self.telemetry))
         r.add_post(PREFIX + "/jobs/{id}/cancel", self._page(self.cancel))
         r.add_get(PREFIX + "/blobs/{fn}/{hash}/{size}", self._page(self.blob))
         r.add_get(PREFIX + "/workers", self._page(self.workers))
@@ -217,6 +220,11 @@ class Dashboard:
     async def js(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text=JS, content_type="text/javascript")
 
+    async def vendored(self, request: web.Request) -> web.StreamResponse:
+        name = request.path.rsplit("/", 1)[-1]
+        body = await asyncio.to_thread(vendored, name)
+        return web.Response(body=body, content_type=VENDORED[name][1], charset="utf-8")
+
     async def icon(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text=ICON, content_type="image/svg+xml")
 
@@ -284,7 +292,16 @@ class Dashboard:
             doc, outputs, may_cancel=may, csrf=s.csrf or _CSRF_SLOT, now=time.time()
         )
         title = f"Job {doc['job_id']} {doc['name'] or ''}".strip()
-        return self._html(pages.layout(title, body, **self._who(s), live=True))
+        return self._html(pages.layout(title, body, **self._who(s), live=True, charts=True))
+
+    async def telemetry(self, request: web.Request, s: Session) -> web.StreamResponse:
+        """The job's samples for its charts: GET /v1/jobs/{id}/telemetry's answer."""
+        from rbs.server.telemetry import query_doc
+
+        job_id = req.job_ref(request.match_info["id"])[0]
+        self.api.driver.state_of(job_id)  # NOT_FOUND for an unknown job
+        doc = query_doc(self.api.driver.logs.telemetry, job_id, None, request.query, time.time())
+        return web.json_response(doc)
 
     def _outputs(self, job_id: int) -> list[tuple[str, list[tuple[str, str, int]]]]:
         from rbs.cas.tree import walk_tree

@@ -15,6 +15,11 @@ from urllib.parse import quote, urlencode
 
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL")
 LIST_SORTS = ("id", "submit", "state", "priority")
+CHART_POINTS = 300  # samples per run a job page's charts ask for
+CHART_HEAD = (  # uPlot, vendored (rbs.server.dashboard_assets.VENDORED)
+    '<link rel="stylesheet" href="/ui/static/uPlot.min.css">'
+    '<script src="/ui/static/uPlot.iife.min.js"></script>'
+)
 
 
 def e(value: object) -> str:
@@ -39,7 +44,9 @@ def span(start: float | None, end: float | None, now: float) -> str:
     return f"{secs / 3600:.1f} h"
 
 
-def layout(title: str, body: str, *, user: str | None, csrf: str | None, live: bool) -> str:
+def layout(
+    title: str, body: str, *, user: str | None, csrf: str | None, live: bool, charts: bool = False
+) -> str:
     who = ""
     if user is not None:
         who = f'<span class="who">{e(user)}</span>'
@@ -67,7 +74,8 @@ def layout(title: str, body: str, *, user: str | None, csrf: str | None, live: b
         f"<title>{e(title)} - rbs</title>"
         '<link rel="icon" href="/ui/static/favicon.svg" type="image/svg+xml">'
         '<link rel="stylesheet" href="/ui/static/dashboard.css">'
-        '<script src="/ui/static/dashboard.js"></script></head><body>'
+        + (CHART_HEAD if charts else "")
+        + '<script src="/ui/static/dashboard.js"></script></head><body>'
         f'<nav><a href="/ui/jobs">rbs</a>{nav}{toggle}{who}</nav>'
         f"<main{' data-live' if live else ''}><h1>{e(title)}</h1>{body}</main></body></html>"
     )
@@ -277,6 +285,13 @@ def job_page(
         '<span id="log-status" class="note"></span></p>'
         f'<pre id="log" data-src="/ui/jobs/{jid}/log"></pre>'
     )
+    done = " data-done" if job["state"] in TERMINAL_STATES else ""
+    charts = (
+        '<p class="note"><span id="charts-status">Loading the samples.</span> Drawn with '
+        '<a href="/ui/static/uPlot.LICENSE.txt">uPlot</a>.</p>'
+        f'<div id="charts" data-src="/ui/jobs/{jid}/telemetry" '
+        f'data-points="{CHART_POINTS}"{done}></div>'
+    )
     files = []
     for label, entries in outputs:
         items = "".join(
@@ -291,6 +306,7 @@ def job_page(
         f'<section id="timeline"><h2>Timeline</h2>{timeline}</section></div>'
         f'<section id="priority"><h2>Priority</h2>{priority}</section>'
         f'<section id="resources"><h2>Resources</h2>{resources}</section>'
+        f'<section id="telemetry"><h2>Telemetry</h2>{charts}</section>'
         f"<section><h2>Log</h2>{log}</section>"
         f'<section id="outputs"><h2>Outputs</h2>{out}</section>'
     )

@@ -1,0 +1,69 @@
+"""A job's telemetry charts drawn by uPlot in chromium (under the dashboard's CSP), for
+a running job on the open embedded-style cluster (no login on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from jobs_harness import JobCluster, wait_for
+from test_dashboard_browser import _external, _until, browser, shots
+
+__all__ = ["browser", "shots"]  # the fixtures, shared with the main browser test
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+BURN = (
+    "import os, sys\n"
+    "data = bytearray(b'x') * (16 << 20)\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    sum(range(20000))\n"
+)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[JobCluster]:
+    monkeypatch.setenv("RBS_TELEMETRY_INTERVAL", "0.5")
+    c = JobCluster(tmp_path / "server")
+    try:
+        c.add_worker(tmp_path / "w1")
+        yield c
+    finally:
+        c.stop()
+
+
+def test_cpu_and_memory_charts_draw(
+    browser: Any, shots: Path, cluster: JobCluster, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    client = cluster.client()
+    stop = tmp_path / "stop"
+    job = client.submit(["python3", "-c", BURN, str(stop)], name="burner")
+    base = f"http://127.0.0.1:{cluster.port + 1}"
+    try:
+        wait_for("two samples", lambda: len(client.telemetry(job)) >= 2 or None, timeout=120)
+        b = browser
+        b.get(f"{base}/ui/jobs/{job}")
+        for key in ("cpu", "mem"):
+            _until(
+                b,
+                f"the {key} chart",
+                lambda d, k=key: d.find_elements(By.CSS_SELECTOR, f"#chart-{k} canvas"),
+            )
+        titles = [e.text for e in b.find_elements(By.CSS_SELECTOR, "#charts .u-title")]
+        assert titles == ["CPU (cores)", "Memory (MiB)"]  # no GPU on this job: no GPU chart
+        legend = b.find_element(By.ID, "chart-mem").text
+        assert "mem" in legend and "peak" in legend
+        b.execute_script("document.getElementById('telemetry').scrollIntoView()")
+        b.save_screenshot(str(shots / "job-telemetry.png"))
+        assert _external(b, base) == []
+        assert [e for e in b.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        stop.touch()
