@@ -79,8 +79,7 @@ from rbs.wire.workers_stream import WorkerStream
 
 log = logging.getLogger(__name__)
 
-# How long a server may take to answer Register before the worker gives up.
-_REGISTER_TIMEOUT_S = 30.0
+_REGISTER_TIMEOUT_S = 30.0  # how long a server may take to answer Register
 
 
 class WorkerError(RuntimeError):
