@@ -65,5 +65,28 @@ def test_cpu_and_memory_charts_draw(
         b.save_screenshot(str(shots / "job-telemetry.png"))
         assert _external(b, base) == []
         assert [e for e in b.get_log("browser") if e.get("level") == "SEVERE"] == []
+
+        # Samples with GPUs (this host has none): the same page's next poll draws their
+        # charts, one series per GPU.
+        b.execute_script(
+            "const real = window.fetch;"
+            "const gpus = t => [{id: '0', util: 10 + t, mem: 1 << 30}, {id: '1', util: 50, mem: 0}];"
+            "const samples = [1, 2, 3].map(t => ({t: Date.now() / 1000 - 10 + t, attempt: 1,"
+            "  rank: 0, cpu: 0.5, mem: 1 << 24, mem_peak: 1 << 24, gpus: gpus(t)}));"
+            "window.fetch = (u, o) => String(u).includes('/telemetry') ?"
+            "  Promise.resolve({ok: true, json: async () => ({samples: samples})}) : real(u, o);"
+        )
+        for key in ("gpu-util", "gpu-mem"):
+            _until(
+                b,
+                f"the {key} chart",
+                lambda d, k=key: d.find_elements(By.CSS_SELECTOR, f"#chart-{k} canvas"),
+            )
+        legend = b.find_element(By.ID, "chart-gpu-util").text
+        assert "gpu 0" in legend and "gpu 1" in legend
+        titles = [e.text for e in b.find_elements(By.CSS_SELECTOR, "#charts .u-title")]
+        assert titles == ["CPU (cores)", "Memory (MiB)", "GPU utilisation (%)", "GPU memory (MiB)"]
+        b.save_screenshot(str(shots / "job-telemetry-gpus.png"))
+        assert [e for e in b.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         stop.touch()
