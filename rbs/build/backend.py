@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,16 @@ if TYPE_CHECKING:
 
 _STDERR_LIMIT = 8000
 GENERATED = tuple(d + "/" for d in CONFIG_BIN_DIRS.values())
+
+
+def may_link_outputs() -> bool:
+    """Whether outputs under rbs-out/ may be hardlinks of store blobs.
+
+    A hardlink shares its inode with the blob, so a write through it would change the
+    store. Blobs are read-only (0444, 0555), which stops every user but root: for root
+    (and for a process with CAP_DAC_OVERRIDE, which we treat as root) outputs are
+    copies, so `echo x >> rbs-out/...` changes the copy and never the store."""
+    return os.geteuid() != 0
 
 
 class StoreBackend(Backend):
@@ -55,10 +66,10 @@ class StoreBackend(Backend):
         self.runner.close()
 
     def export(self, digest: Digest, dest: Path, executable: bool) -> None:
-        self.store.export_file(digest, dest, executable=executable, link=True)
+        self.store.export_file(digest, dest, executable=executable, link=may_link_outputs())
 
     def export_tree(self, root: Digest, dest: Path) -> None:
-        publish_dir(self.store, root, dest)
+        publish_dir(self.store, root, dest, link=may_link_outputs())
 
     def _ensure_source(self, path: str, digest: Digest) -> None:
         """Put an input into the store: a source file, or a generated file whose blob the

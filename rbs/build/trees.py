@@ -106,13 +106,14 @@ def expand_argv(argv: Iterable[str], listing: Mapping[str, list[str]]) -> tuple[
     return tuple(out)
 
 
-def publish_dir(store: BlobStore, root: Digest, dest: Path) -> None:
-    """Lay out a directory under rbs-out/, replacing an older one whole."""
+def publish_dir(store: BlobStore, root: Digest, dest: Path, *, link: bool = True) -> None:
+    """Lay out a directory under rbs-out/, replacing an older one whole (its files
+    hardlinked from the store with `link`, else copied)."""
     from rbs.cas.tree import materialize
 
     tmp = dest.with_name(f".{dest.name}.rbs-tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    materialize(store, root, tmp, link=True)
+    materialize(store, root, tmp, link=link)
     old = dest.with_name(f".{dest.name}.rbs-old-{os.getpid()}")
     if dest.is_symlink() or dest.is_file():
         dest.unlink()
