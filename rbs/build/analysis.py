@@ -11,8 +11,8 @@ import starlark as sl
 from rbs.build import bazel_tools
 from rbs.build.actions import ActionHooks, Current, files_in, runfiles_links
 from rbs.build.aspects import AspectHooks, Params
+from rbs.build.ctxdata import CtxData
 from rbs.build.errors import BuildError, closest, location_from_starlark, starlark_message
-from rbs.build.existing import features
 from rbs.build.graph import (
     CONFIG_BIN_DIRS,
     DEFAULT_PATH,
@@ -23,9 +23,8 @@ from rbs.build.graph import (
 )
 from rbs.build.labels import Label
 from rbs.build.loader import Loader
-from rbs.build.rules import LABEL_KINDS, AttrSpec, Target, config_of
-from rbs.build.select import setting_value
-from rbs.build.toolchains import template_variables, toolchains_for
+from rbs.build.rules import AttrSpec, Target, config_of
+from rbs.build.toolchains import toolchains_for
 from rbs.build.unsupported import missing_api
 
 _TEST_WRAPPER = (
@@ -45,7 +44,7 @@ def test_timeout(size: object, timeout: object) -> int:
     return _SIZE_TIMEOUTS.get(size if isinstance(size, str) else "medium", 300)
 
 
-class Analyzer(ActionHooks, AspectHooks):
+class Analyzer(CtxData, ActionHooks, AspectHooks):
     """Runs rule implementations in dependency order and collects their actions."""
 
     def __init__(self, loader: Loader, config: str = "target") -> None:
@@ -187,114 +186,6 @@ class Analyzer(ActionHooks, AspectHooks):
             self._stack.pop()
         self.infos[label] = info
         return info
-
-    def _ctx_data(
-        self, target: Target, deps: dict[Label, TargetInfo], cur: Current
-    ) -> dict[str, Any]:
-        label = target.label
-        attr: dict[str, Any] = {}
-        files: dict[str, Any] = {}
-        single: dict[str, Any] = {}
-        exe: dict[str, Any] = {}
-        outputs: dict[str, Any] = {}
-        for name, spec in target.rule.all_attrs().items():
-            if spec.ignored and name not in ("tags", "testonly"):
-                continue  # every value crossing into Starlark costs; rules never read these
-            value = target.attrs.get(name)
-            if spec.kind in LABEL_KINDS:
-                labels = [] if value is None else [value] if spec.kind == "label" else value
-                infos = [deps[x] for x in labels]
-                for i in infos:
-                    self._check_files_allowed(target, name, spec.allow_files, i)
-                attr[name] = (
-                    (self.dep_plain(labels[0], spec, target) if labels else None)
-                    if spec.kind == "label"
-                    else [self.dep_plain(x, spec, target) for x in labels]
-                )
-                fl = [f.to_starlark() for i in infos for f in i.files]
-                files[name] = fl
-                if spec.single_file:
-                    if spec.kind == "label" and labels and len(fl) != 1:
-                        raise BuildError(
-                            f"{target.rule.kind} {label}: attribute {name!r} must name exactly one "
-                            f"file, but {labels[0]} has {len(fl)}",
-                            location=target.location,
-                            hint="point it at a single file or a target with one output",
-                        )
-                    single[name] = fl[0] if fl else None
-                if spec.executable:
-                    e = infos[0].executable if infos else None
-                    if infos and e is None:
-                        raise BuildError(
-                            f"{target.rule.kind} {label}: attribute {name!r} needs an executable, "
-                            f"but {labels[0]} is not one",
-                            location=target.location,
-                            hint="use an sh_binary, py_binary or another executable target",
-                        )
-                    exe[name] = e.to_starlark() if e else None
-            elif spec.kind in ("output", "output_list"):
-                names = [] if not value else [value] if spec.kind == "output" else value
-                fs = []
-                for n in names:
-                    f = self._declare(cur, n, predeclared=True)
-                    fs.append(f.to_starlark())
-                outputs[name] = (
-                    fs[0]
-                    if spec.kind == "output" and fs
-                    else (None if spec.kind == "output" else fs)
-                )
-                attr[name] = outputs[name]
-            else:
-                attr[name] = value
-        for key, filename in target.implicit_outputs().items():
-            outputs[key] = self._declare(cur, filename, predeclared=True).to_starlark()
-        if target.rule.executable or target.rule.test:
-            # Declared before the implementation runs, as in Bazel; it becomes the
-            # executable when the rule creates it and returns no other one.
-            exe_file = self._declare(cur, label.name)
-            cur.implicit_exe = exe_file
-            outputs["executable"] = exe_file.to_starlark()
-        attr["name"] = label.name
-        enabled, disabled = features(self.loader.packages[label.package].features, target)
-        return {
-            "features": enabled,
-            "disabled_features": disabled,
-            "label": {"name": label.name, "package": label.package, "repo": label.repo},
-            "attr": attr,
-            "files": files,
-            "file": single,
-            "executable": exe,
-            "outputs": outputs,
-            "bin_dir": self.bin_dir,
-            "workspace_name": self.ws_name,
-            "build_setting_value": setting_value(label, target.attrs, self.loader.config),
-            "build_file_path": self.loader.packages[label.package].build_file,
-            "var": {
-                # Bazel 4.2's host configuration builds tools with -c opt.
-                "COMPILATION_MODE": "fastbuild" if self.config == "target" else "opt",
-                "BINDIR": self.bin_dir,
-                "GENDIR": self.bin_dir,
-                "TARGET_CPU": "k8",
-                **template_variables(self, target),
-            },
-        }
-
-    def _check_files_allowed(
-        self, target: Target, attr: str, allow: bool | tuple[str, ...], dep: TargetInfo
-    ) -> None:
-        if dep.kind not in ("source file", "generated file"):
-            return
-        if allow is True:
-            return
-        if allow and any(dep.label.name.endswith(ext) for ext in allow):
-            return
-        want = f"files ending in {', '.join(allow)}" if allow else "no files, only rule targets"
-        raise BuildError(
-            f"{target.rule.kind} {target.label}: {dep.kind} {dep.label} is misplaced in attribute "
-            f"{attr!r} (it takes {want})",
-            location=target.location,
-            hint="name a rule target there, or fix the file name",
-        )
 
     def _run_impl(self, target: Target, deps: dict[Label, TargetInfo]) -> TargetInfo:
         cur = Current(target, deps)
