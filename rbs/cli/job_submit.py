@@ -20,6 +20,7 @@ from rbs.client.errors import JobError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from contextlib import AbstractContextManager
     from typing import Any
 
     from rbs.client.jobs import JobsClient
@@ -260,6 +261,26 @@ def _check_program(command: Sequence[str]) -> None:
         )
 
 
+class _NoTransfer:
+    """What a submit that stages nothing wraps its call in, instead of a transfer bar."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _staging_bar(stages: bool) -> AbstractContextManager[object]:
+    """A progress bar for the inputs a submit stages (drawn for a big upload, on a
+    terminal); for a submit that stages none, not even rbs.cli.progress is loaded."""
+    if not stages:
+        return _NoTransfer()
+    from rbs.cli.progress import transfer_bar
+
+    return transfer_bar("staging inputs")
+
+
 def submit(params: Mapping[str, Any], target: str | None = None) -> int:
     """Submit one job from `rbs job submit`'s parameters (and a //pkg:target, if one was named)."""
     if params["script"]:
@@ -324,16 +345,19 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         "container": params["container"],
         "network": params["network"],
     }
-    from rbs.client.secrets import read_secrets
-
     named = manifest.secrets if manifest is not None else ()
-    secret_names, secrets = read_secrets(params["secret"], named)
+    secret_names: list[str] = []
+    secrets: dict[str, str] = {}
+    if params["secret"] or named:  # most submits have none: their module is not loaded
+        from rbs.client.secrets import read_secrets
+
+        secret_names, secrets = read_secrets(params["secret"], named)
     flags["secret"] = secret_names or None
     flags = {k: v for k, v in flags.items() if v is not None}
-    from rbs.cli.progress import transfer_bar
-
-    staging = transfer_bar("staging inputs")  # drawn for a big upload, on a terminal
-    with client_for(params["server"], params["token_file"]) as client, staging:
+    with (
+        client_for(params["server"], params["token_file"]) as client,
+        _staging_bar(bool(inputs) or manifest is not None),
+    ):
         if manifest is not None:
             from rbs.client.targets import check_queue, stage_manifest_inputs
 

@@ -24,10 +24,10 @@ def _main() -> None:
     argv = sys.argv[1:]
     entry = COMMANDS.get(argv[0]) if argv else None
     if entry is not None and entry[3] is not None:
-        import importlib
-
+        # __import__, not importlib.import_module: importlib's package costs a shell
+        # loop of submits its import (and warnings') for one call.
         module, _, attr = entry[3].partition(":")
-        code = getattr(importlib.import_module(module), attr)(argv[1:])
+        code = getattr(__import__(module, fromlist=[attr]), attr)(argv[1:])
         if code is not None:
             sys.exit(code)
     from rbs.cli.root import cli

@@ -3,19 +3,25 @@
 `http.client` costs ~30 ms to import (ssl, email); this module costs about 1 ms.
 It speaks just what the rbs jobs API needs: keep-alive requests with a JSON or byte
 body, Content-Length or chunked responses, and a line iterator over a streamed body.
+
+A connection to a numeric address is a socket of the C module `_socket`: the `socket`
+module costs `rbs job submit` ~3 ms of start-up (it builds its enums from every
+constant). A host name (getaddrinfo), TLS and sendfile(2) want a `socket.socket`, which
+`_full` makes of the same descriptor when one of them comes up.
 """
 
 from __future__ import annotations
 
+import _socket
 import json
-import socket
-from collections.abc import Iterator
 
 # Not imported from typing, which costs `rbs job submit` start-up for nothing at run
 # time; type checkers treat this name as true all the same.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
     import ssl
+    from collections.abc import Iterator
     from typing import Any, BinaryIO
 
 
@@ -91,7 +97,7 @@ class HttpConnection:
         # How errors name the far end, e.g. "the jobs API of the rbs server HOST:PORT".
         self.name = name or f"the rbs server at {host}:{port}"
         self.tls = tls
-        self._sock: socket.socket | None = None
+        self._sock: _socket.socket | None = None
         self._buf = b""
 
     def close(self) -> None:
@@ -100,24 +106,28 @@ class HttpConnection:
             self._sock = None
             self._buf = b""
 
-    def _connect(self) -> socket.socket:
+    def _connect(self) -> _socket.socket:
         try:
             family = _ip_family(self.host)
             if family is None:
-                s = socket.create_connection((self.host, self.port), timeout=self.timeout)
+                import socket
+
+                s: _socket.socket = socket.create_connection(
+                    (self.host, self.port), timeout=self.timeout
+                )
             else:
                 # A numeric address needs no getaddrinfo, which would cost a CLI call
                 # the resolver's set-up and the idna codec's import.
-                s = socket.socket(family, socket.SOCK_STREAM)
+                s = _socket.socket(family, _socket.SOCK_STREAM)
                 try:
                     s.settimeout(self.timeout)
                     s.connect((self.host, self.port))
                 except OSError:
                     s.close()
                     raise
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             if self.tls is not None:
-                s = self.tls.wrap_socket(s, server_hostname=self.host)
+                s = self.tls.wrap_socket(_full(s, self.timeout), server_hostname=self.host)
         except OSError as e:
             raise ConnectError(f"cannot reach {self.name}: {_reason(e)}; {CONNECT_HINT}") from None
         self._sock = s
@@ -235,8 +245,8 @@ class HttpConnection:
         ]
         if self.token:
             head.append(f"Authorization: Bearer {self.token}")
-        sock = self._sock or self._connect()
         try:
+            sock = self._sock = _full(self._sock or self._connect(), self.timeout)
             sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
             with open(file_path, "rb") as f:
                 sent = 0  # in slices, so a progress bar moves during a large file
@@ -321,10 +331,21 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
         ) from None
 
 
-def _ip_family(host: str) -> socket.AddressFamily | None:
-    for family in (socket.AF_INET, socket.AF_INET6):
+def _full(sock: _socket.socket, timeout: float) -> socket.socket:
+    """`sock` as a `socket.socket` (for TLS and sendfile), on the same descriptor."""
+    import socket
+
+    if isinstance(sock, socket.socket):
+        return sock
+    full = socket.socket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+    full.settimeout(timeout)
+    return full
+
+
+def _ip_family(host: str) -> int | None:
+    for family in (_socket.AF_INET, _socket.AF_INET6):
         try:
-            socket.inet_pton(family, host)
+            _socket.inet_pton(family, host)
         except OSError:
             continue
         return family
