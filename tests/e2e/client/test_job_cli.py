@@ -3,49 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from embedded import EmbeddedCluster
 
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
-    env["RBS_HOME"] = str(home)
-    return env
+CLUSTER = EmbeddedCluster()
+rbs = CLUSTER.rbs
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("rbs-home")
-    try:
+    with CLUSTER.running(tmp_path_factory) as home:
         yield home
-    finally:
-        # Always stop the local cluster, also when a test failed.
-        r = subprocess.run(
-            [sys.executable, "-m", "rbs", "remote", "down"],
-            env=_env(home),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert r.returncode == 0, r.stderr
-
-
-def rbs(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rbs", *args],
-        env=_env(home),
-        cwd=cwd or home,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_submit_wait_logs_show_list_outputs(home: Path, tmp_path: Path) -> None:
@@ -137,7 +110,7 @@ def test_remote_status_finds_the_local_cluster(home: Path) -> None:
 
 def test_a_secret_from_the_environment_is_masked_and_shown_by_name(home: Path) -> None:
     secret = "tok-9f8e7d6c5b4a"
-    env = _env(home) | {"HF_TOKEN": secret}
+    env = CLUSTER.env(home) | {"HF_TOKEN": secret}
     argv = [
         "job",
         "submit",

@@ -12,13 +12,18 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from embedded import EmbeddedCluster
+
+# The local worker never pulls, wherever this runs.
+CLUSTER = EmbeddedCluster(env={"RBS_CONTAINER_PULL": "no"}, timeout=300)
+rbs = CLUSTER.rbs
+
 
 BUSYBOX = Path("/bin/busybox")
 CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]\n'
@@ -60,13 +65,6 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, 
         _podman(conf, "rmi", "-f", ref, check=False)
 
 
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
-    env["RBS_HOME"] = str(home)
-    env["RBS_CONTAINER_PULL"] = "no"  # the local worker never pulls, wherever this runs
-    return env
-
-
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -77,34 +75,11 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("rbs-home")
-    try:
+    with CLUSTER.running(tmp_path_factory) as home:
         yield home
-    finally:
-        r = subprocess.run(
-            [sys.executable, "-m", "rbs", "remote", "down"],
-            env=_env(home),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert r.returncode == 0, r.stderr
-        pid_file = home / "local" / "worker" / "containers" / "service.pid"
-        # The worker's stop ends the podman service it started.
-        assert not pid_file.exists() or not _alive(int(pid_file.read_text()))
-
-
-def rbs(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rbs", *args],
-        env=_env(home),
-        cwd=home,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    pid_file = home / "local" / "worker" / "containers" / "service.pid"
+    # The worker's stop ends the podman service it started.
+    assert not pid_file.exists() or not _alive(int(pid_file.read_text()))
 
 
 def _submit(home: Path, *args: str) -> tuple[str, list[str], str]:

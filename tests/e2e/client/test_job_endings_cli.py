@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -13,41 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from embedded import EmbeddedCluster
 
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
-    env["RBS_HOME"] = str(home)
-    return env
+CLUSTER = EmbeddedCluster(timeout=180)
+rbs = CLUSTER.rbs
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("rbs-home")
-    try:
+    with CLUSTER.running(tmp_path_factory) as home:
         yield home
-    finally:
-        r = subprocess.run(
-            [sys.executable, "-m", "rbs", "remote", "down"],
-            env=_env(home),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert r.returncode == 0, r.stderr
-
-
-def rbs(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rbs", *args],
-        env=_env(home),
-        cwd=home,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(
@@ -101,7 +75,7 @@ def test_ctrl_c_while_following_exits_130_and_leaves_the_job_running(
     cmd = f"touch {marker}; echo waiting; exec sleep 300"
     proc = subprocess.Popen(
         [sys.executable, "-m", "rbs", "job", "submit", "-f", "--", "sh", "-c", cmd],
-        env=_env(home),
+        env=CLUSTER.env(home),
         cwd=home,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

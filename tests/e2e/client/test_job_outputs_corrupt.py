@@ -6,50 +6,29 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from embedded import EmbeddedCluster
 
 from rbs.client.http import ConnectError, HttpConnection, HttpError
 from rbs.model import Digest
 from rbs.wire.jobs_api_requests import blob_path
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.chaos]
-
 DATA = b"precious output\n" * 200_000  # 3.2 MB: more than one chunk on the wire
 
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
-    env["RBS_HOME"] = str(home)
-    return env
-
-
-def rbs(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rbs", *args],
-        env=_env(home),
-        cwd=cwd or home,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+CLUSTER = EmbeddedCluster()
+rbs = CLUSTER.rbs
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("rbs-home")
-    try:
+    with CLUSTER.running(tmp_path_factory) as home:
         yield home
-    finally:
-        r = rbs(home, "remote", "down")
-        assert r.returncode == 0, r.stderr
 
 
 def flip_byte(path: Path, at: int) -> None:

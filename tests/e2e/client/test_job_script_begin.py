@@ -3,42 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from embedded import EmbeddedCluster
 
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
-    env["RBS_HOME"] = str(home)
-    return env
+CLUSTER = EmbeddedCluster()
+rbs = CLUSTER.rbs
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("rbs-home")
-    try:
+    with CLUSTER.running(tmp_path_factory) as home:
         yield home
-    finally:
-        r = rbs(home, "remote", "down")
-        assert r.returncode == 0, r.stderr
-
-
-def rbs(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rbs", *args],
-        env=_env(home),
-        cwd=cwd or home,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def show(home: Path, job: str) -> dict[str, object]:

@@ -4,7 +4,6 @@ ipykernel), where the function is defined in the notebook's __main__."""
 
 from __future__ import annotations
 
-import os
 import queue
 import shutil
 import subprocess
@@ -14,32 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.timeout(600)
 RESULT_S = 300
 
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
-    env["RBS_HOME"] = str(home)
-    return env
+CLUSTER = EmbeddedCluster(down_timeout=120)
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("rbs-home")
-    try:
+    with CLUSTER.running(tmp_path_factory) as home:
         yield home
-    finally:
-        r = subprocess.run(
-            [sys.executable, "-m", "rbs", "remote", "down"],
-            env=_env(home),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert r.returncode == 0, r.stderr
 
 
 def _python3_version() -> str | None:
@@ -65,7 +50,7 @@ def plus_one(x: int) -> int:
     reason="the default interpreter, python3 on PATH, is not this Python's major.minor",
 )
 def test_defaults_run_on_the_embedded_cluster(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in _env(home).items():
+    for k, v in CLUSTER.env(home).items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("RBS_REMOTE", raising=False)
     from rbs.client import JobExecutor
@@ -105,7 +90,7 @@ def test_from_a_notebook_kernel(home: Path) -> None:
         )
     km = KernelManager(kernel_name="python3")
     km.kernel_spec.argv[0] = sys.executable  # this venv's Python, with rbs importable
-    km.start_kernel(env=_env(home), cwd=str(home))
+    km.start_kernel(env=CLUSTER.env(home), cwd=str(home))
     kc = km.client()
     kc.start_channels()
     try:
@@ -146,7 +131,7 @@ def test_the_readme_example_runs_as_a_script(home: Path) -> None:
     script.write_text(code)
     r = subprocess.run(
         [sys.executable, str(script)],
-        env=_env(home),
+        env=CLUSTER.env(home),
         cwd=home,
         capture_output=True,
         text=True,
