@@ -33,7 +33,9 @@ import bisect
 import gc
 import math
 import random
+import resource
 import statistics
+import sys
 import time
 import tracemalloc
 from array import array
@@ -150,8 +152,8 @@ def workload(jobs: int, workers: int, load: float, seed: int = 7) -> tuple[Workl
 class TimedScheduler(Scheduler):
     """The core, with the wall time of every step that started something recorded."""
 
-    def __init__(self, config: SchedulerConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: SchedulerConfig, forget_ended: bool = False) -> None:
+        super().__init__(config, forget_ended=forget_ended)
         self.step_times: array[float] = array("d")
         self.core_time = 0.0
         self.starts = 0
@@ -196,14 +198,23 @@ class Result:
         )
 
 
-def replay(jobs: int, workers: int, load: float, fifo: bool) -> Result:
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def replay(jobs: int, workers: int, load: float, fifo: bool, progress: float = 0.0) -> Result:
+    """One run; with `progress` > 0, a progress line every that many seconds (stderr)."""
     config = SchedulerConfig(heartbeat_timeout=1e12, pass_depth=1 if fifo else 100)
-    sched = TimedScheduler(config)
+    # Ended jobs leave the core's memory, as in the server (`rbs remote serve`).
+    sched = TimedScheduler(config, forget_ended=True)
     w, arrivals = workload(jobs, workers, load)
     submitted: array[float] = array("d")
     waits: array[float] = array("d")
     busy: list[float] = [0.0]  # cpu-seconds run before the last arrival (filled at the end)
-    started: list[tuple[float, int]] = []  # (start time, job id) of rank 0
+    started_at: array[float] = array("d")  # start time of rank 0, by job id - 1
+    label = "fifo" if fifo else "backfill"
+    t_begin = time.perf_counter()
+    next_report = [t_begin + progress]
 
     def behaviour(start: Start) -> Outcome:
         return Outcome(duration=w.runtimes[start.run.job_id - 1])
@@ -212,11 +223,23 @@ def replay(jobs: int, workers: int, load: float, fifo: bool) -> Result:
         for ins in out:
             if isinstance(ins, Accepted):
                 submitted.append(now)
+                started_at.append(-1.0)
             elif isinstance(ins, Start) and ins.run.rank == 0:
                 waits.append(now - submitted[ins.run.job_id - 1])
-                started.append((now, ins.run.job_id))
+                started_at[ins.run.job_id - 1] = now
+        if progress > 0 and time.perf_counter() >= next_report[0]:
+            next_report[0] = time.perf_counter() + progress
+            print(
+                f"  [{label} {jobs:,}/{workers:,}] {time.perf_counter() - t_begin:,.0f} s: "
+                f"sim {now / 3600:.1f} h, {len(submitted):,} submitted, {len(waits):,} started, "
+                f"{len(submitted) - len(waits):,} waiting; "
+                f"{sched.starts / max(sched.core_time, 1e-9):,.0f} decisions/s of core time; "
+                f"max RSS {_rss_mib():,.0f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    sim = Simulator(sched, behaviour, tick=30.0, heartbeat=None)
+    sim = Simulator(sched, behaviour, tick=30.0, heartbeat=None, record_tasks=False)
     sim.on_instructions = record
     sched.handle_many(workers_up(workers), 0.0)
     sim.feed(arrivals)
@@ -228,8 +251,7 @@ def replay(jobs: int, workers: int, load: float, fifo: bool) -> Result:
     steps = sorted(sched.step_times)
     ws = sorted(waits)
     end = w.arrivals_end
-    for t, job_id in started:
-        i = job_id - 1
+    for i, t in enumerate(started_at):
         busy[0] += w.cpus[i] * max(0.0, min(t + w.runtimes[i], end) - t)
     # At best a job runs from its arrival on; nothing runs past the window's end.
     reachable = sum(
@@ -237,7 +259,7 @@ def replay(jobs: int, workers: int, load: float, fifo: bool) -> Result:
         for c, d, a in zip(w.cpus, w.runtimes, w.arrivals, strict=True)
     )
     return Result(
-        label="fifo" if fifo else "backfill",
+        label=label,
         jobs=jobs,
         workers=workers,
         starts=sched.starts,
@@ -350,6 +372,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=10_000)
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--no-fifo", action="store_true", help="skip the FIFO comparison")
+    parser.add_argument(
+        "--progress",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a progress line on stderr every SECONDS of a replay (0: none)",
+    )
     parser.add_argument("--no-curves", action="store_true", help="skip the size curves")
     parser.add_argument(
         "--preempt", action="store_true", help="only how long preemption takes to free a node"
@@ -378,11 +407,12 @@ def main() -> None:
     if not args.no_curves:
         for workers in scale:
             jobs = args.jobs * workers // args.workers
-            results.append(replay(jobs, workers, args.load, fifo=False))
+            results.append(replay(jobs, workers, args.load, fifo=False, progress=args.progress))
             print(results[-1].line(), flush=True)
-    main_run = replay(args.jobs, args.workers, args.load, fifo=False)
+    main_run = replay(args.jobs, args.workers, args.load, fifo=False, progress=args.progress)
     results.append(main_run)
     print(main_run.line(), flush=True)
+    print(f"  max RSS of this process so far: {_rss_mib():,.0f} MiB", flush=True)
     if len(results) >= 4:
         ws = [r.workers for r in results]
         print(f"  slope of step p50 over size: {slope(ws, [r.p50_ms for r in results]):.2f}")
@@ -390,7 +420,7 @@ def main() -> None:
         rates = [r.starts / r.core_s for r in results]
         print(f"  slope of decisions/s over size: {slope(ws, rates):.2f}")
     if not args.no_fifo:
-        fifo = replay(args.jobs, args.workers, args.load, fifo=True)
+        fifo = replay(args.jobs, args.workers, args.load, fifo=True, progress=args.progress)
         print(fifo.line(), flush=True)
         print(
             f"  backfill vs fifo: utilisation while jobs arrive {main_run.steady:.3f} vs "

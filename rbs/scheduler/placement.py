@@ -68,6 +68,11 @@ class Pass:
         self.failed_min: list[tuple[Shape, str]] = []
         self.dead: set[Shape] = set()  # shapes known to fail for the rest of the pass
         self.witness: Shape | None = None  # the last shape seen still possible
+        # The queue's shapes in order, as `_all_fail` walks them: those before `_order_at`
+        # are known to fail (or had left the queue); rebuilt when a new shape comes in.
+        self._order: list[Shape] = []
+        self._order_at = 0
+        self._order_version = -1
 
     def run(self) -> None:
         st = self.st
@@ -87,7 +92,7 @@ class Pass:
                 if reason is not None:
                     self.blocked[job.shape] = reason
                 else:
-                    reason = self.fill(job)
+                    reason = self.fill(job, checked=True)
                 if reason is None or reason == "JobArrayTaskLimit":
                     if job.reason != reason and reason is not None:
                         st.set_state(job, job.state, reason)
@@ -111,8 +116,11 @@ class Pass:
         st.last_blocked = self.blocked
         st.last_reserved = bool(self.reserved)
 
-    def fill(self, job: Job) -> str | None:
-        """Start as many of the job's tasks as fit; the pending reason for the rest, if any."""
+    def fill(self, job: Job, checked: bool = False) -> str | None:
+        """Start as many of the job's tasks as fit; the pending reason for the rest, if any.
+
+        `checked`: the caller has just found the shape not known to fail.
+        """
         st = self.st
         throttle = job.manifest.array.throttle if job.manifest.array is not None else None
         res = job.manifest.resources
@@ -121,15 +129,15 @@ class Pass:
         while job.pool.pending:
             if throttle is not None and len(job.runs) >= throttle:
                 return "JobArrayTaskLimit"
-            why = self._known_to_fail(job.shape)
+            why = None if checked else self._known_to_fail(job.shape)
+            checked = False
             if why is not None:
                 if st.capable_count(res) < job.manifest.node_range[0]:
                     why = "ReqNodeNotAvail"
                 self.blocked[job.shape] = why
                 return why
-            placement = place(st, job, self.reserved)
+            placement, room = place_or_room(st, job, self.reserved)
             if placement is None:
-                room = bool(self.reserved) and place(st, job, {}) is not None
                 pinned = bool(job.manifest.cpu_cores)  # says nothing about unpinned jobs
                 if single and not room and job.manifest.container is None and not pinned:
                     self.no_room.add(req)
@@ -174,11 +182,21 @@ class Pass:
         # A shape seen to be still possible usually stays so: check it first.
         if self.witness in shapes and self._known_to_fail(self.witness) is None:
             return False
-        for shape in shapes:
-            if shape not in self.dead and self._known_to_fail(shape) is None:
-                self.witness = shape
-                return False
-            self.dead.add(shape)
+        ready = self.st.ready
+        if self._order_version != ready.shapes_added:
+            self._order, self._order_at = list(shapes), 0
+            self._order_version = ready.shapes_added
+        order, i = self._order, self._order_at
+        while i < len(order):
+            shape = order[i]
+            if shape in shapes:  # one that left and came back is a new key: a rebuild
+                if shape not in self.dead and self._known_to_fail(shape) is None:
+                    self._order_at = i
+                    self.witness = shape
+                    return False
+                self.dead.add(shape)
+            i += 1
+        self._order_at = i
         return True
 
     def _no_room(self, req: tuple[int, int, int]) -> bool:
@@ -317,6 +335,37 @@ class Pass:
             if st.workers[wid] in st.free and not st.now < until < INF:
                 closed += 1
         return len(st.free) > closed
+
+
+def place_or_room(
+    st: SchedState, job: Job, reserved: dict[str, float]
+) -> tuple[list[WorkerCapacity] | None, bool]:
+    """`place`, and when nothing fits, whether the task would fit but for reservations.
+
+    For a single-node task one walk of the free index answers both: a worker passed
+    over only for its reservation is one where it would fit.
+    """
+    if not reserved:
+        return place(st, job, reserved), False
+    if job.manifest.node_range[1] != 1:
+        placement = place(st, job, reserved)
+        return placement, placement is None and place(st, job, {}) is not None
+    res = job.manifest.resources
+    limit_end = st.now + job.time_limit if job.time_limit is not None else INF
+    container = job.manifest.container is not None
+    cores = job.manifest.cpu_cores
+    room = False
+    for w in st.free.fitting(res):
+        if container and not w.containers:
+            continue
+        if cores and not cores_free(w, cores, st.jobs):
+            continue
+        until = reserved.get(w.worker_id)
+        if until is not None and limit_end > until:
+            room = True
+            continue
+        return [w], False
+    return None, room
 
 
 def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCapacity] | None:

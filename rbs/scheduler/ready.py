@@ -57,6 +57,7 @@ class ReadyQueue(Generic[J]):
         # How many queued jobs have each task shape: what lets a pass see that nothing
         # left in the queue can start.
         self.shape_counts: dict[Shape, int] = {}
+        self.shapes_added = 0  # shapes that came into `shape_counts` (new keys), ever
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -92,7 +93,10 @@ class ReadyQueue(Generic[J]):
             bucket.append(job.id)
             self._live[step] = self._live.get(step, 0) + 1
         self._entries[job.id] = entry
-        self.shape_counts[job.shape] = self.shape_counts.get(job.shape, 0) + 1
+        count = self.shape_counts.get(job.shape, 0)
+        if not count:
+            self.shapes_added += 1
+        self.shape_counts[job.shape] = count + 1
         if self._walking:
             self._deferred.append(entry)
         else:

@@ -66,12 +66,15 @@ class Simulator:
         tick: float = 1.0,
         kill_delay: float = 0.5,
         heartbeat: float | None = 10.0,
+        record_tasks: bool = True,
     ) -> None:
         self.scheduler = scheduler
         self.behaviour = behaviour
         self.tick = tick
         self.kill_delay = kill_delay
         self.heartbeat = heartbeat
+        # Keep every job id and the starts per task in `stats` (off for a million jobs).
+        self.record_tasks = record_tasks
         self.now = 0.0
         self.stats = SimStats()
         self.on_instructions: Callable[[list[Instruction], float], None] | None = None
@@ -178,14 +181,15 @@ class Simulator:
                         TaskExited(run=ins.run, worker_id=ins.worker_id, exit_code=143, signal=15),
                     )
             elif isinstance(ins, Accepted):
-                self.stats.job_ids.append(ins.job_id)
+                if self.record_tasks:
+                    self.stats.job_ids.append(ins.job_id)
             elif isinstance(ins, Rejected):
                 self.stats.rejected.append(ins.message)
 
     def _start(self, ins: Start, now: float) -> None:
         self.stats.starts += 1
-        task = (ins.run.job_id, ins.run.index)
-        if ins.run.rank == 0:
+        if ins.run.rank == 0 and self.record_tasks:
+            task = (ins.run.job_id, ins.run.index)
             self.stats.starts_per_task[task] = self.stats.starts_per_task.get(task, 0) + 1
         self._running[_key(ins.run)] = ins.worker_id
         outcome = self.behaviour(ins)
