@@ -21,7 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from contextlib import AbstractContextManager
-    from typing import Any
+    from typing import Any, NoReturn
 
     from rbs.client.jobs import JobsClient
 
@@ -175,7 +175,19 @@ def fast_main(argv: Sequence[str]) -> int | None:
     params = fast_submit_args(argv)
     if params is None:
         return None
-    return report("submit", lambda: submit(params))
+    code = report("submit", lambda: submit(params))
+    if not any(params[k] for k in ("script", "wait", "follow", "interactive")):
+        end_now(code)
+    return code
+
+
+def end_now(code: int) -> NoReturn:
+    """Exit a plain submit without the interpreter's teardown (~2 ms of freeing every
+    module, a tenth of the call): it has printed its answer and closed its connection,
+    and has no threads or exit handlers (a --script submit removes a folder at exit)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def report(cmd: str, run: Callable[[], int]) -> int:
