@@ -317,6 +317,8 @@ class JobManifest:
     preemptible: bool = False
     # `rbs job submit -i`: its stdin is a pipe an attached client feeds (rbs.server.job_attach).
     interactive: bool = False
+    # `--pty`: rank 0 runs on a pseudo-terminal (docs/design/interactive.md); needs `interactive`.
+    pty: bool = False
     api_version: str = MANIFEST_API_VERSION
 
     def __post_init__(self) -> None:
@@ -326,6 +328,8 @@ class JobManifest:
             raise ValueError(f"network {self.network!r}: want 'host' or 'none'")
         if self.network != "host" and self.container is None:
             raise ValueError("network 'none' needs a container image (--container IMAGE)")
+        if self.pty and not self.interactive:
+            raise ValueError("--pty needs --interactive (-i): rbs job submit -i --pty -- bash")
         if self.api_version != MANIFEST_API_VERSION:
             raise ValueError(
                 f"unsupported manifest apiVersion {self.api_version!r}; "

@@ -6,6 +6,9 @@ reads it, so a terminal, a pipe and a file all work), the job's stdout and stder
 lines come back to ours. EOF on stdin (Ctrl-D on a terminal) closes the job's stdin.
 Ctrl-C sends the job SIGINT; a second Ctrl-C within `CANCEL_WINDOW_S` cancels it. When
 this process goes away the job keeps running, and `rbs job attach ID` reattaches.
+With --pty the terminal is the job's (rbs.cli.job_pty): raw mode, its window size
+sent on start and on each SIGWINCH, the job's raw output as binary frames, Ctrl-C a
+byte for the job, and `~.` / `~C` escapes to detach or cancel.
 
 Imported only for -i and attach: aiohttp is not on the plain submit's path.
 """
@@ -20,11 +23,13 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from rbs.cli.job_follow import exit_status, state_text
+from rbs.cli.job_pty import HELP, Action, EscapeParser, raw_mode, window_size, write_all
 from rbs.client.errors import JobError
 from rbs.client.http import login_name
 from rbs.wire import jobs_api
@@ -40,9 +45,12 @@ DETACHED = 0  # `~.` or a lost connection: the job goes on (its status is not kn
 class Terminal:
     """One attachment: pumps stdin to the socket and the socket's lines to stdout/stderr."""
 
-    def __init__(self, client: JobsClient, job_id: str) -> None:
+    def __init__(self, client: JobsClient, job_id: str, *, pty: bool = False) -> None:
         self.client = client
         self.job_id = job_id
+        self.pty = pty
+        self.escapes = EscapeParser()
+        self._closing: asyncio.Future[bool] | None = None  # a detach under way
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.last_int = 0.0
@@ -68,16 +76,63 @@ class Terminal:
             except aiohttp.ClientError as e:
                 raise JobError(f"cannot reach {conn.name} to attach: {e}") from None
             self.ws = ws
-            self.loop.add_signal_handler(signal.SIGINT, self._interrupt)
             try:
+                await (self._terminal(ws) if self.pty else self._lines(ws))
+            finally:
+                await ws.close()
+
+    async def _lines(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        assert self.loop is not None
+        self.loop.add_signal_handler(signal.SIGINT, self._interrupt)
+        try:
+            threading.Thread(target=self._read_stdin, daemon=True).start()
+            await self._output(ws)
+        finally:
+            self.loop.remove_signal_handler(signal.SIGINT)
+
+    async def _terminal(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """--pty: this terminal raw and the job's, until the job ends or `~.` detaches."""
+        assert self.loop is not None
+        handlers = {
+            signal.SIGWINCH: self._winsize,
+            signal.SIGTERM: self._detach,
+            signal.SIGHUP: self._detach,
+        }
+        self._winsize()
+        with raw_mode(0):
+            try:
+                for sig, handler in handlers.items():
+                    self.loop.add_signal_handler(sig, handler)
                 threading.Thread(target=self._read_stdin, daemon=True).start()
                 await self._output(ws)
             finally:
-                self.loop.remove_signal_handler(signal.SIGINT)
-                await ws.close()
+                for sig in handlers:
+                    self.loop.remove_signal_handler(sig)
+
+    def _winsize(self) -> None:
+        size = window_size(0)
+        if size is not None:
+            self._send({"winsize": list(size)})
+
+    def _detach(self) -> None:
+        if self.ws is not None and self._closing is None:
+            self._closing = asyncio.ensure_future(self.ws.close())
+
+    def _escape(self, action: Action) -> None:
+        """On the loop: what `~.`, `~C` or `~?` asks."""
+        if action is Action.DETACH:
+            self._detach()
+        elif action is Action.CANCEL:
+            write_all(2, f"\r\nrbs: cancelling job {self.job_id}\r\n".encode())
+            self._send({"cancel": True})
+        else:
+            write_all(1, b"\r\n" + HELP.encode())
 
     async def _output(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY:  # a --pty job's terminal output, raw
+                write_all(1, msg.data)
+                continue
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
             for raw in msg.data.splitlines():
@@ -107,10 +162,26 @@ class Terminal:
                 data = os.read(0, READ_CHUNK)
             except OSError:
                 data = b""
+            if not data and self.pty:  # the terminal is gone: nothing more can come
+                self._on_loop(self._detach)
+                return
             if not data:
                 self._send({"eof": True})
                 return
-            self._send(data)
+            if not self.pty:
+                self._send(data)
+                continue
+            for item in self.escapes.feed(data):
+                if isinstance(item, bytes):
+                    self._send(item)
+                else:
+                    self._on_loop(self._escape, item)
+
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        """From the stdin thread: call `fn` on the loop (if it still runs)."""
+        if self.loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has ended
+                self.loop.call_soon_threadsafe(fn, *args)
 
     def _interrupt(self) -> None:
         now = time.monotonic()
@@ -128,14 +199,25 @@ class Terminal:
         self.last_int = now
 
 
-def attach(client: JobsClient, job_id: str, *, after: str = "0") -> int:
+def attach(client: JobsClient, job_id: str, *, after: str = "0", pty: bool | None = None) -> int:
     """Attach this terminal to a job until it ends: its exit status (README: Exit codes),
-    or 0 when the connection is lost before the end (the job goes on)."""
-    term = Terminal(client, job_id)
+    or 0 when detached (`~.`) or the connection is lost before the end (the job goes on).
+    `pty` None: as the job was submitted (asked of the server)."""
+    if pty is None:
+        manifest: dict[str, Any] = {}
+        with contextlib.suppress(JobError):  # a bad id: the attach itself says what is wrong
+            manifest = client.show(job_id).raw.get("manifest") or {}
+        pty = bool(manifest.get("pty"))
+        if pty and not os.isatty(0):
+            raise JobError(
+                f"job {job_id} runs on a terminal (--pty): attach from a terminal, "
+                "not with stdin a pipe or a file"
+            )
+    term = Terminal(client, job_id, pty=pty)
     asyncio.run(term.run(after))
     if term.ended is None:
         print(
-            f"rbs: detached from job {job_id}; it goes on running. "
+            f"{chr(10) if pty else ''}rbs: detached from job {job_id}; it goes on running. "
             f"Reattach with: rbs job attach {job_id}",
             file=sys.stderr,
         )

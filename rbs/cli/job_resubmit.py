@@ -13,7 +13,9 @@ from typing import Any
 from rbs.cli.job_submit import FLAG, LIST, SUBMIT_FLAGS, _begin, _env_items, client_for, param_name
 
 RESUBMIT_FLAGS = tuple(
-    f for f in SUBMIT_FLAGS if f[0] not in ("--script", "--manifest", "--inputs", "--interactive")
+    f
+    for f in SUBMIT_FLAGS
+    if f[0] not in ("--script", "--manifest", "--inputs", "--interactive", "--pty")
 )
 # Parameters that are not manifest flags (or need more than passing on).
 _OTHER = {"server", "token_file", "tls_ca", "secret", "wait", "follow", "begin", "schedule"}

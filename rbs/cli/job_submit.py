@@ -105,6 +105,7 @@ SUBMIT_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--wait", FLAG, "", "Wait for the job to end; exit with its exit status."),
     ("--follow", FLAG, "", "Stream the job's log until it ends (-f); exit with its status."),
     ("--interactive", FLAG, "", "Attach: stdin to the job, its output here (-i); its status."),
+    ("--pty", FLAG, "", "With -i: a pseudo-terminal, as srun --pty (~. detaches, ~C cancels)."),
 )
 SHORT_FLAGS = {"-f": "--follow", "-i": "--interactive"}
 USAGE = "[OPTIONS] -- COMMAND [ARGS...] | --script FILE | //pkg:target"
@@ -273,6 +274,19 @@ def _check_program(command: Sequence[str]) -> None:
         )
 
 
+def _check_pty(params: Mapping[str, Any]) -> None:
+    """--pty needs -i and a terminal to be the job's (-i alone takes piped stdin)."""
+    if not params["pty"]:
+        return
+    if not params["interactive"]:
+        raise JobError("--pty needs --interactive (-i): rbs job submit -i --pty -- bash")
+    if not os.isatty(0):
+        raise JobError(
+            "--pty needs a terminal on stdin (it is a pipe or a file here); "
+            "use -i alone to feed the job's stdin from a pipe"
+        )
+
+
 class _NoTransfer:
     """What a submit that stages nothing wraps its call in, instead of a transfer bar."""
 
@@ -301,6 +315,7 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         params, notes = script_params(params, _KINDS)
         for note in notes:
             print(f"rbs job submit: note: {note}", file=sys.stderr)
+    _check_pty(params)
     command: list[str] = list(params["command"])
     inputs = list(params["inputs"])
     manifest_path = params["manifest"]
@@ -346,6 +361,7 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
         "no_requeue": params["no_requeue"] or None,
         "preemptible": params["preemptible"] or None,
         "interactive": params["interactive"] or None,
+        "pty": params["pty"] or None,
         "nodes": params["nodes"],
         "max_retries": params["max_retries"],
         "restarts": params["restarts"],
@@ -391,7 +407,7 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
             print(f"rbs: job {job_id}", file=sys.stderr, flush=True)
             from rbs.cli.job_attach import attach
 
-            return attach(client, job_id)
+            return attach(client, job_id, pty=bool(params["pty"]))
         print(job_id)
         sys.stdout.flush()
         if params["follow"] or params["wait"]:

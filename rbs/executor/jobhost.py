@@ -1,15 +1,13 @@
 """The worker's job host: runs the job leases the scheduler sends, in job slots.
 
 The worker daemon hands every JobLease, KillJob, JobInput and Ack it receives to `handle()`.
-A lease becomes a run: on a thread (`jobrun.prepare`) its folder is made and its input
-tree (and checkpoint, on a retry) copied out of the CAS; then the run supervisor
-(`rbs.executor.supervisor`, one process per worker, reached through
-`supervisor_client`) starts the process with the lease's environment and the
-manifest's cpu and memory limits, and sends its numbered log lines, which are shipped
-as they come (`jobship`). When the process ends, whatever the reason, the declared
-outputs and the checkpoint folder are stored as trees (`jobrun.finish`), the last log
-lines are queued, and only then JobFinished, so a follower of the log sees every line
-before the job's end.
+A lease becomes a run: on a thread (`jobrun.prepare`) its folder is made and its input tree
+(and checkpoint, on a retry) copied out of the CAS; then the run supervisor (one process per
+worker, `rbs.executor.supervisor`, reached through `supervisor_client`) starts the process
+with the lease's environment and the manifest's cpu and memory limits, and sends its numbered
+log lines, shipped as they come (`jobship`). When the process ends, whatever the reason, the
+declared outputs and the checkpoint folder are stored as trees (`jobrun.finish`), the last log
+lines are queued, and only then JobFinished, so a follower of the log sees every line first.
 
 The scheduler owns time limits and final states: a KillJob(reason="timeout") ends the
 run, and the scheduler maps its own kill reasons to TIMEOUT, CANCELLED or PREEMPTED.
@@ -56,7 +54,7 @@ from rbs.executor.jobrun import (
     reattach,
     report,
 )
-from rbs.executor.jobship import LogShipper, StartReports, thread_sink
+from rbs.executor.jobship import LogShipper, StartReports, output_report, thread_sink
 from rbs.executor.runuser import RunUsers
 from rbs.executor.supervisor_client import SupervisorClient
 from rbs.executor.supervisor_proto import (
@@ -201,6 +199,8 @@ class JobHost:
             self._starts.add(run, msg.started_at)
         elif isinstance(msg, Exited) and run.exited is not None and not run.exited.done():
             run.exited.set_result(msg)
+        elif (raw := output_report(msg, run.raw, self._connected())) is not None:
+            self._send(raw)  # a --pty run's terminal output, for the clients attached
 
     def _on_lost(self) -> None:
         """The supervisor is gone: its runs cannot be followed; a new one kills them."""

@@ -29,7 +29,7 @@ from rbs.executor import jobfiles, jobsecrets
 from rbs.executor.containers import ContainerEngine
 from rbs.executor.jobfiles import CollectedTrees, RunDirs
 from rbs.executor.joblog import LogSink, LogSpool, LogSpoolError
-from rbs.executor.jobship import LogShipper
+from rbs.executor.jobship import LogShipper, RawBudget
 from rbs.executor.jobspec import JobOutcome, JobSpec
 from rbs.executor.podman_service import EngineError
 from rbs.executor.runuser import RunUsers, as_spec
@@ -103,6 +103,7 @@ class LeaseRun:
         self.outputs: tuple[str, ...] = manifest.outputs if manifest is not None else ()
         self.checkpoint_dir = manifest.checkpoint_dir if manifest is not None else None
         self.function: DigestFunction = lease.function
+        self.raw = RawBudget()  # a --pty run's terminal output to the server
 
     @property
     def lease_id(self) -> str:
@@ -288,6 +289,7 @@ def run_spec(
         owner=run.owner(),
         users=as_spec(users, run.dirs.tmp) if users is not None else None,
         stdin=run.lease.manifest is not None and run.lease.manifest.interactive,
+        pty=run.lease.manifest is not None and run.lease.manifest.pty and run.lease.node_rank == 0,
         **pinning(run.lease.manifest),
     )
 
@@ -297,7 +299,7 @@ def input_message(order: InputOrder) -> Input | SignalRun:
     if order.signal:
         return SignalRun(lease_id=order.lease_id, signal=order.signal)
     data = base64.b64encode(order.data).decode()
-    return Input(lease_id=order.lease_id, data=data, eof=order.eof)
+    return Input(lease_id=order.lease_id, data=data, eof=order.eof, winsize=order.winsize)
 
 
 def pinning(m: JobManifest | None) -> dict[str, Any]:

@@ -8,12 +8,17 @@ disconnected) they are read back from the spool from `acked + 1`. The server ded
 by (job, task, attempt, rank, seq), so a line sent twice is stored once, and nothing
 below `acked` is ever needed again.
 
+A --pty run's raw terminal output (`output_report`) is shipped beside the log, not
+numbered nor resent: a live view for attached clients, which its log has as lines.
+
 Everything here runs on the worker's event loop thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import collections
 import logging
 import threading
@@ -22,8 +27,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rbs.executor.joblog import LogSpool, LogSpoolError
+from rbs.executor.supervisor_proto import Message, Output
 from rbs.model import LogLine
-from rbs.wire.workers_jobs import JobLeaseInfo, JobReport, JobStartedReport, LogBatch
+from rbs.wire.workers_jobs import JobLeaseInfo, JobReport, JobStartedReport, LogBatch, OutputReport
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +40,9 @@ BATCH_DELAY_S = 0.05
 MAX_BUFFERED = 20_000
 # A run still going this long after its process started is reported as started.
 START_REPORT_DELAY_S = 0.05
+# A --pty run's raw output past this many bytes in a second is dropped, not queued
+# without bound for a slow stream (its log keeps every line).
+MAX_RAW_BPS = 4 << 20
 
 
 class LogShipper:
@@ -201,3 +210,35 @@ class StartReports:
         if self._queue:
             wait = START_REPORT_DELAY_S - (now - self._queue[0][0])
             self._timer = asyncio.get_running_loop().call_later(wait, self._fire)
+
+
+class RawBudget:
+    """How much of one --pty run's raw output may still go out in the current second."""
+
+    __slots__ = ("sent", "start")
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.sent = 0
+
+    def take(self, n: int, now: float) -> bool:
+        if now - self.start >= 1.0:
+            self.start, self.sent = now, 0
+        if self.sent + n > MAX_RAW_BPS:
+            return False
+        self.sent += n
+        return True
+
+
+def output_report(msg: Message, budget: RawBudget, connected: bool) -> OutputReport | None:
+    """The server's JobOutput for a supervisor `Output` event (None for any other event,
+    or when it is dropped: no stream, or over the run's `budget`)."""
+    if not isinstance(msg, Output) or not connected:
+        return None
+    try:
+        data = base64.b64decode(msg.data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if not budget.take(len(data), time.monotonic()):
+        return None
+    return OutputReport(lease_id=msg.lease_id, data=data)

@@ -73,7 +73,7 @@ LINGER_S = 60.0
 # How long a fresh supervisor waits for the daemon that started it to connect.
 FIRST_CONNECT_S = 120.0
 # A daemon that reads nothing (frozen) gets no more than this many bytes queued; past
-# it, Lines events are dropped (the spool has them) while Exited and Runs still go.
+# it, Lines and Output events are dropped (the spool has the lines) while Exited and Runs go.
 MAX_OUTBOX = 32 << 20
 LAPSE_REASON = "lease"
 LAPSE_MESSAGE = "the worker's lease lapsed (no word from the server)"
@@ -298,7 +298,7 @@ class Supervisor:
     def _send(self, msg: Message) -> None:
         if self.conn is None:
             return
-        if isinstance(msg, Lines) and len(self.outbox) > MAX_OUTBOX:
+        if msg.kind in ("lines", "output") and len(self.outbox) > MAX_OUTBOX:
             return
         self.outbox += encode(msg)
 
@@ -356,8 +356,7 @@ class Supervisor:
         elif isinstance(msg, ListRuns):
             self._send(Runs(runs=tuple(self._info(r) for r in self.runs.values())))
         elif isinstance(msg, Forget):
-            run = self.runs.get(msg.lease_id)
-            if run is not None and run.exited is not None:
+            if (run := self.runs.get(msg.lease_id)) is not None and run.exited is not None:
                 del self.runs[msg.lease_id]
         elif isinstance(msg, Shutdown):
             self.shutting_down = True
@@ -369,7 +368,7 @@ class Supervisor:
         feed = run.stdin
         assert feed is not None
         fd, was = feed.fd, feed.pending
-        feed.flush() if msg is None else feed.feed(msg.data, msg.eof)
+        feed.flush() if msg is None else feed.feed(msg.data, msg.eof, msg.winsize)
         if was and (not feed.pending or feed.fd is None) and fd is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(fd)
@@ -398,6 +397,7 @@ class Supervisor:
             watch=self._watch,
             unwatch=self._unwatch,
         )
+            raw=self._send,
         self.runs[spec.lease_id] = run
         self.starter.submit(run)  # on a spawn thread; `_started` takes it from there
 

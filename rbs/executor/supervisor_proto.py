@@ -8,7 +8,8 @@ starts in a fresh interpreter and must start fast.
 
 Requests (daemon -> supervisor): `StartRun`, `KillRun`, `Renew`, `ListRuns`, `Forget`,
 `Shutdown`, and for an interactive run `Input` (its stdin) and `SignalRun`.
-Events (supervisor -> daemon): `Started`, `Lines`, `Exited`, `Runs`.
+Events (supervisor -> daemon): `Started`, `Lines`, `Exited`, `Runs`, and a --pty run's
+raw terminal `Output`.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ class RunSpec:
     # The run's stdin is a pipe the supervisor feeds from `Input` requests (an
     # interactive job, docs/design/interactive.md); otherwise it reads /dev/null.
     stdin: bool = False
-    # Reserved, refused when set (see the class docstring).
+    # The run's stdin, stdout and stderr are a pseudo-terminal the supervisor holds
+    # (rbs.executor.supervisor_pty; `rbs job submit -i --pty`); needs `stdin`.
     pty: bool = False
     # Pinned cores (cpuset) and the read and write bytes/s cap on the device of `cwd`
     # (rbs.executor.runlimits).
@@ -94,7 +96,7 @@ class RunSpec:
 
     def unsupported(self) -> list[str]:
         """The reserved fields this spec sets."""
-        names = ("uid", "pty")  # uid: the supervisor's
+        names = ("uid",)  # the supervisor's
         return [n for n in names if getattr(self, n) not in (None, False)]
 
 
@@ -148,12 +150,14 @@ class Shutdown:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Input:
-    """Bytes for an interactive run's stdin (`data`: base64); `eof` closes it after them."""
+    """Bytes for an interactive run's stdin (`data`: base64); `eof` closes it after them
+    (a --pty run's gets ^D); `winsize` (rows, cols) resizes a --pty run's terminal."""
 
     kind: ClassVar[str] = "input"
     lease_id: str
     data: str = ""
     eof: bool = False
+    winsize: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +184,16 @@ class Lines:
     kind: ClassVar[str] = "lines"
     lease_id: str
     records: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Output:
+    """Raw bytes (base64) a --pty run wrote to its terminal, as read: for attached
+    clients, never stored (its spool has the same output as lines)."""
+
+    kind: ClassVar[str] = "output"
+    lease_id: str
+    data: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,6 +245,7 @@ Message = (
     | SignalRun
     | Started
     | Lines
+    | Output
     | Exited
     | Runs
 )
@@ -247,6 +262,7 @@ KINDS: dict[str, type[Any]] = {
         SignalRun,
         Started,
         Lines,
+        Output,
         Exited,
         Runs,
     )
@@ -309,6 +325,8 @@ def decode(data: bytes) -> Message:
             return Runs(runs=tuple(_run_info(r) for r in body["runs"]))
         if cls is Lines:
             return Lines(lease_id=body["lease_id"], records=tuple(body["records"]))
+        if cls is Input and body.get("winsize") is not None:
+            body["winsize"] = tuple(body["winsize"])
         msg: Message = cls(**body)
         return msg
     except (ValueError, KeyError, TypeError, AttributeError) as e:

@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rbs.executor import jobsecrets, procs, runlimits, runuser
+from rbs.executor import jobsecrets, procs, runlimits, runuser, supervisor_pty
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, NullCgroup
 from rbs.executor.joblog import LineSplitter, LogSpool
-from rbs.executor.supervisor_proto import Exited, RunSpec
+from rbs.executor.supervisor_proto import Exited, Output, RunSpec
 from rbs.executor.supervisor_stdin import StdinFeed
 from rbs.model import LogLine, LogStream
 
@@ -63,8 +63,10 @@ class SupervisedRun:
         emit: Emit,
         watch: Callable[[SupervisedRun, int, str], None] = lambda run, fd, what: None,
         unwatch: Callable[[int], None] = lambda fd: None,
+        raw: Callable[[Output], None] = lambda msg: None,  # a --pty run's terminal output
     ) -> None:
         self.spec = spec
+        self._raw = raw
         self._watch = watch  # the loop polls this fd for this run ("pipe" or "pidfd")
         self._unwatch = unwatch  # called before an fd the loop polls is closed
         self.reported = False  # Exited sent to the daemon
@@ -229,48 +231,42 @@ class SupervisedRun:
     def _spawn(self) -> str | None:
         spec = self.spec
         go_r, go_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
         shim = SHIM_STDIN if spec.stdin else SHIM
-        argv = self.user.wrap(["/bin/sh", "-c", shim, spec.cwd, *spec.argv])
+        io: supervisor_pty.Stdio | None = None  # pipes, or a --pty run's terminal
         try:
             pid = os.posix_spawn(
+            io = supervisor_pty.stdio(spec.pty, go_r, shim, self.user.uid)
+            argv = self.user.wrap(["/bin/sh", "-c", io.shim, spec.cwd, *spec.argv])
                 argv[0],
                 argv,
                 {**spec.env, **(spec.secrets or {})},
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, go_r, 0),
-                    (os.POSIX_SPAWN_DUP2, out_w, 1),
-                    (os.POSIX_SPAWN_DUP2, err_w, 2),
-                ],
+                file_actions=io.actions,
                 setsid=True,
                 setsigdef=(signal.SIGINT, signal.SIGPIPE),  # the supervisor ignores them
             )
         except OSError as e:
-            for fd in (go_r, go_w, out_r, out_w, err_r, err_w):
+            for fd in (go_r, go_w, *(io.fds if io is not None else ())):
                 os.close(fd)
             return f"cannot spawn the job: {e}"
-        for fd in (go_r, out_w, err_w):
+        for fd in (go_r, *io.child):
             os.close(fd)
         try:
             self.cgroup.join(pid)
         except CgroupError as e:
             os.close(go_w)  # the shim sees EOF and exits without running the job
             os.waitpid(pid, 0)
-            os.close(out_r)
-            os.close(err_r)
+            for fd, _ in io.readers:
+                os.close(fd)
             return f"cannot move the job into its cgroup: {e}"
         os.write(go_w, b"go\n")
-        if spec.stdin:
-            self.stdin = StdinFeed(go_w)
-        else:
-            os.close(go_w)
+        self.stdin = io.feed(go_w, spec.stdin)
         self.pid = pid
         self.started_at = time.time()
         self._start_mono = time.monotonic()
-        for fd, stream in ((out_r, LogStream.OUT), (err_r, LogStream.ERR)):
+        for fd, stream in io.readers:
             os.set_blocking(fd, False)
-            self.pipes[fd] = (stream, jobsecrets.splitter(spec.max_line_chars, spec.secrets))
+            split = jobsecrets.splitter(spec.max_line_chars, spec.secrets)
+            self.pipes[fd] = (stream, io.wrap(fd, split, spec.lease_id, self._raw))
             self._watch(self, fd, "pipe")
         try:
             self.pidfd = os.pidfd_open(pid)
@@ -300,6 +296,8 @@ class SupervisedRun:
         except BlockingIOError:
             return 0
         if data:
+        except OSError:  # EIO: a --pty run's terminal has no process of the job left on it
+            data = b""
             self._emit([(stream, text, eol) for text, eol in splitter.feed(data)])
             return 1
         del self.pipes[fd]

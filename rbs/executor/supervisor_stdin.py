@@ -13,6 +13,7 @@ import base64
 import binascii
 import contextlib
 import os
+from collections.abc import Sequence
 
 # Bytes held for a job that does not read; past it, input is dropped (a terminal
 # cannot type this much, a pipe into `-i` waits on the server's side first).
@@ -34,7 +35,8 @@ class StdinFeed:
         """Bytes wait for the pipe to take them: poll it for writing."""
         return self.fd is not None and bool(self._buf)
 
-    def feed(self, data_b64: str, eof: bool) -> None:
+    def feed(self, data_b64: str, eof: bool, winsize: Sequence[int] | None = None) -> None:
+        """Queue input (`winsize`: a terminal's, rbs.executor.supervisor_pty; a pipe has none)."""
         try:
             data = base64.b64decode(data_b64, validate=True)
         except (binascii.Error, ValueError):

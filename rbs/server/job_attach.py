@@ -9,7 +9,9 @@ from `after` (a seq; "now": from the current end, as `sattach` does), then the e
 marker once the job is terminal, and the socket closes.
 Client -> server: binary frames are stdin bytes; text frames are JSON controls:
 `{"eof": true}` (close the job's stdin), `{"signal": N}` (send the job signal N),
-`{"cancel": true}` (cancel the job). Input waits until the job is RUNNING (the
+`{"cancel": true}` (cancel the job), and for a --pty job `{"winsize": [rows, cols]}`
+(its terminal's size). A --pty job's output comes instead as binary frames of the
+raw bytes its terminal got (rbs.server.job_pty), then the end marker. Input waits until the job is RUNNING (the
 socket is not read meanwhile, so a fast writer waits), then goes to the worker that runs rank 0 of each task as a JobInput order,
 and from it to the run supervisor, which feeds the job's stdin pipe.
 A client that goes away changes nothing for the job: it keeps running, and a later
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,7 @@ from aiohttp import WSMsgType, web
 
 from rbs.model import JobState
 from rbs.scheduler.events import TaskRef
+from rbs.server.job_pty import Subscriber, streams_of
 from rbs.wire import jobs_api
 from rbs.wire.auth import owner_refusal
 from rbs.wire.errors import InvalidRequest, PermissionDenied
@@ -41,6 +45,7 @@ log = logging.getLogger(__name__)
 
 # One stdin frame at most (a terminal sends bytes; a pipe sends up to 64 KiB reads).
 MAX_FRAME = 1 << 20
+MAX_WINSIZE = 10000  # rows or columns of a terminal, at most
 ATTACH_PATH = "/v1/jobs/{id}/attach"
 
 
@@ -59,11 +64,18 @@ class Attach:
         after = self._after(job_id, request.query.get("after", "0"))
         ws = web.WebSocketResponse(max_msg_size=MAX_FRAME, heartbeat=20.0)
         await ws.prepare(request)
-        pump = asyncio.create_task(self._output(ws, job_id, after))
+        streams = streams_of(self.driver)
+        sub = streams.subscribe(job_id) if v.manifest.pty else None
+        if sub is not None:
+            pump = asyncio.create_task(self._pty_output(ws, job_id, sub))
+        else:
+            pump = asyncio.create_task(self._output(ws, job_id, after))
         try:
             await self._input(ws, job_id, p.user)
             await pump  # the client closed its writing side: output still goes on
         finally:
+            if sub is not None:
+                streams.unsubscribe(job_id, sub)
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
@@ -95,6 +107,28 @@ class Attach:
             await ws.send_str(jobs_api.log_end_payload(state).decode())
             await ws.close()
 
+    async def _pty_output(self, ws: web.WebSocketResponse, job_id: int, sub: Subscriber) -> None:
+        """A --pty job's raw output as binary frames until it ends, then the end marker."""
+        ending = False
+        while not ws.closed:
+            await sub.wait(1.0)
+            if sub.dropped:
+                note = f"\r\n[rbs: {sub.dropped} bytes of output dropped: read too slowly]\r\n"
+                sub.dropped = 0
+                await ws.send_bytes(note.encode())
+            data = sub.take()
+            if data:
+                await ws.send_bytes(data)
+            elif ending:
+                break
+            elif self.driver.state_of(job_id).terminal:
+                ending = True  # what was published before the end is queued: send it first
+                await asyncio.sleep(0)
+        if not ws.closed:
+            state = self.driver.state_of(job_id)
+            await ws.send_str(jobs_api.log_end_payload(state).decode())
+            await ws.close()
+
     async def _input(self, ws: web.WebSocketResponse, job_id: int, user: str) -> None:
         async for msg in ws:
             if msg.type == WSMsgType.BINARY:
@@ -107,6 +141,8 @@ class Attach:
                     await self._send(job_id, InputOrder(lease_id="", eof=True))
                 elif isinstance(ctl.get("signal"), int) and 0 < ctl["signal"] < 65:
                     await self._send(job_id, InputOrder(lease_id="", signal=ctl["signal"]))
+                elif (size := _winsize(ctl.get("winsize"))) is not None:
+                    await self._send(job_id, InputOrder(lease_id="", winsize=size))
             else:
                 break
 
@@ -124,7 +160,7 @@ class Attach:
         for lease_id, worker_id in leases:
             self.driver.hub.send(
                 worker_id,
-                InputOrder(lease_id=lease_id, data=order.data, eof=order.eof, signal=order.signal),
+                dataclasses.replace(order, lease_id=lease_id),
             )
 
 
@@ -144,3 +180,12 @@ def _control(text: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def _winsize(value: Any) -> tuple[int, int] | None:
+    """A `winsize` control's [rows, cols], when both are sizes a terminal has."""
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    rows, cols = value
+    ok = all(type(n) is int and 0 < n <= MAX_WINSIZE for n in (rows, cols))
+    return (rows, cols) if ok else None

@@ -69,6 +69,7 @@ from rbs.wire.workers_jobs import (
     JobStartedReport,
     KillOrder,
     LogBatch,
+    OutputReport,
     ResultAck,
 )
 
@@ -125,8 +126,9 @@ class JobDriver:
         self._heard: dict[str, float] = {}  # worker -> the hub's last_heartbeat relayed
         # What each run's environment gets besides the core's: RBS_REMOTE and its scoped
         # token (rbs.server.tokens.run_env, set by the cluster).
-        self.run_env: Callable[[str], tuple[tuple[str, str], ...]] = lambda lease_id: ()
+        self.run_env: Callable[[str, JobManifest], tuple[tuple[str, str], ...]] = lambda i, m: ()
         self.observe: Callable[[list[Any], float], None] = lambda instructions, seconds: None
+        self.on_output: Callable[[OutputReport], None] = lambda report: None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -267,13 +269,9 @@ class JobDriver:
             elif isinstance(ins, SaveWorker):
                 self._worker_saved(ins)
             elif isinstance(ins, SaveTask) and not ins.record.active:
-                for node in ins.record.nodes:
-                    run = RunRef(
-                        job_id=ins.record.job_id,
-                        index=ins.record.index,
-                        attempt=ins.record.attempt,
-                        rank=node.rank,
-                    )
+                t = ins.record
+                for node in t.nodes:
+                    run = RunRef(job_id=t.job_id, index=t.index, attempt=t.attempt, rank=node.rank)
                     self._slots.get(node.worker_id, set()).discard(run.lease_id)
                     self._leases.pop(run.lease_id, None)
         for fut in futures.values():  # events with no answer of their own (cancel)
@@ -294,7 +292,7 @@ class JobDriver:
             task_index=-1 if ins.run.index is None else ins.run.index,
             attempt=ins.run.attempt,
             gpu_ids=ins.gpus,
-            env=ins.env + self.run_env(ins.lease_id),
+            env=ins.env + self.run_env(ins.lease_id, m),
             node_rank=ins.run.rank,
             nodelist=ins.nodelist,
             master_addr=ins.master_addr,
@@ -357,6 +355,8 @@ class JobDriver:
             self._retry_finished()
         elif isinstance(report, LogBatch):
             self.intake.add(worker_id, self._own_lines(worker_id, report))
+        else:  # a --pty run's raw output, for the attached clients (rbs.server.job_attach)
+            self.on_output(report)
 
     def _fenced(self, worker_id: str, run: RunRef) -> bool:
         """Whether a report speaks for a run that is not live on its worker (an attempt

@@ -73,7 +73,7 @@ from rbs.wire.workers_actions import (
     ReceivedActionResult,
 )
 from rbs.wire.workers_images import ImagesReport
-from rbs.wire.workers_jobs import JobFinishedReport, JobReport, JobStartedReport, LogBatch
+from rbs.wire.workers_jobs import JobReport
 from rbs.wire.workers_session import (
     HeartbeatReport,
     LeaseRenewal,
@@ -368,7 +368,7 @@ class WorkerHub:
                 log.info("ignoring result of unknown lease %s from %s", report.lease_id, worker_id)
             elif self.actions is not None:
                 await self.actions.action_finished(ops[0], report.status, report.result)
-        elif isinstance(report, JobStartedReport | JobFinishedReport | LogBatch):
+        elif isinstance(report, JobReport):  # a job's start, end, log lines or pty output
             if self.jobs is not None:
                 await self.jobs.job_message(worker_id, report)
             else:

@@ -80,7 +80,7 @@ _MANIFEST = _obj(
 # Container jobs only: a manifest carries them when it names an image.
 _MANIFEST["properties"] |= {"container": _STR, "network": _STR}
 _MANIFEST["properties"] |= {"cpu_cores": _STR, "max_iobps": _INT}  # present when set
-_MANIFEST["properties"] |= {"preemptible": _BOOL, "interactive": _BOOL}  # present when true
+_MANIFEST["properties"] |= {"preemptible": _BOOL, "interactive": _BOOL, "pty": _BOOL}  # if true
 _JOB = _obj(
     {
         "job_id": _STR,
@@ -286,6 +286,7 @@ _MANIFEST_IN: dict[str, Any] = {
         "max_iobps": {"type": ["string", "integer", "null"]},
         "preemptible": _null(_BOOL),
         "interactive": _null(_BOOL),
+        "pty": _null(_BOOL),
     },
     "required": ["command"],
     "additionalProperties": False,

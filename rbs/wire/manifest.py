@@ -56,7 +56,7 @@ CONTAINER_KEYS = ("container", "network")
 # Joblet's resource flags, present only when set (so other manifests read as before).
 PINNING_KEYS = ("cpu_cores", "max_iobps")
 # Present only when true (so other manifests read as before).
-PREEMPT_KEYS = ("preemptible", "interactive")
+PREEMPT_KEYS = ("preemptible", "interactive", "pty")
 _TOP_KEYS = frozenset(
     {"apiVersion", "resources", *CONTAINER_KEYS, *PINNING_KEYS, *PREEMPT_KEYS}
     | {f.split(".")[0] for f in PROVENANCE_FIELDS}
@@ -351,7 +351,7 @@ def apply_flags(
         elif flag == "--no-requeue":
             if value:
                 take(flag, "requeue", False)
-        elif flag in ("--preemptible", "--interactive"):
+        elif flag in ("--preemptible", "--interactive", "--pty"):
             take(flag, flag[2:], bool(value))
         elif flag in ("--min-nodes", "--max-nodes"):
             field = flag[2:].replace("-", "_")
@@ -370,6 +370,7 @@ def apply_flags(
                         "--no-requeue",
                         "--preemptible",
                         "--interactive",
+                        "--pty",
                         "--min-nodes",
                         "--max-nodes",
                     ]
@@ -424,6 +425,7 @@ _FLAG_TYPES: dict[str, tuple[type, ...]] = {
     "--no-requeue": (bool,),
     "--preemptible": (bool,),
     "--interactive": (bool,),
+    "--pty": (bool,),
     "--env": (str, list, tuple),
     "--outputs": (str, list, tuple),
     "--secret": (str, list, tuple),

@@ -115,6 +115,7 @@ def manifest_to_proto(m: JobManifest) -> jobs_pb2.JobManifest:
         pb.max_iobps = m.max_iobps
     pb.preemptible = m.preemptible
     pb.interactive = m.interactive
+    pb.pty = m.pty
     if m.input_root is not None:
         pb.input_root.CopyFrom(digest_to_pb(m.input_root))
         pb.input_root_digest_function = function_to_pb(m.input_root.function)
@@ -192,6 +193,7 @@ def manifest_from_proto(pb: jobs_pb2.JobManifest) -> JobManifest:
             max_iobps=pb.max_iobps if pb.HasField("max_iobps") else None,
             preemptible=pb.preemptible,
             interactive=pb.interactive,
+            pty=pb.pty,
             array=_array(pb),
             dependencies=tuple(_dependency(i, d) for i, d in enumerate(pb.dependencies)),
             **_optional_fields(pb),

@@ -1,8 +1,8 @@
 """The Workers stream's job messages <-> typed values: leases, kills, acks and reports.
 
 Server -> worker: `JobLease` (`JobLeaseInfo`), `KillJob` (`KillOrder`), `Ack` (`LogAck`).
-Worker -> server: `JobStarted` (`JobStartedReport`), `JobFinished` (`JobFinishedReport`)
-and `LogLines` (`LogBatch`). Each value carries what its message carries, with the run
+Worker -> server: `JobStarted` (`JobStartedReport`), `JobFinished` (`JobFinishedReport`),
+`LogLines` (`LogBatch`) and a --pty run's raw `JobOutput` (`OutputReport`). Each value carries what its message carries, with the run
 named as the stream names it (job id as text, task index -1 for a job that is not an
 array, the lease id `JOB[_INDEX].ATTEMPT.RANK`).
 
@@ -134,10 +134,19 @@ class InputOrder:
     data: bytes = b""
     eof: bool = False
     signal: int = 0
+    winsize: tuple[int, int] | None = None  # a --pty run's new (rows, cols)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputReport:
+    """Raw bytes a --pty run wrote to its terminal (JobOutput), for attached clients."""
+
+    lease_id: str
+    data: bytes
 
 
 JobOrder = JobLeaseInfo | KillOrder | LogAck | ResultAck | InputOrder
-JobReport = JobStartedReport | JobFinishedReport | LogBatch
+JobReport = JobStartedReport | JobFinishedReport | LogBatch | OutputReport
 
 
 # ---------------------------------------------------------------- server -> worker
@@ -224,13 +233,30 @@ def kill_from_pb(pb: w_pb2.KillJob) -> KillOrder:
 
 
 def input_to_pb(order: InputOrder) -> w_pb2.JobInput:
+    rows, cols = order.winsize or (0, 0)
     return w_pb2.JobInput(
-        lease_id=order.lease_id, data=order.data, eof=order.eof, signal=order.signal
+        lease_id=order.lease_id,
+        data=order.data,
+        eof=order.eof,
+        signal=order.signal,
+        rows=rows,
+        cols=cols,
     )
 
 
 def input_from_pb(pb: w_pb2.JobInput) -> InputOrder:
-    return InputOrder(lease_id=pb.lease_id, data=pb.data, eof=pb.eof, signal=pb.signal)
+    winsize = (pb.rows, pb.cols) if pb.rows or pb.cols else None
+    return InputOrder(
+        lease_id=pb.lease_id, data=pb.data, eof=pb.eof, signal=pb.signal, winsize=winsize
+    )
+
+
+def output_to_pb(report: OutputReport) -> w_pb2.JobOutput:
+    return w_pb2.JobOutput(lease_id=report.lease_id, data=report.data)
+
+
+def output_from_pb(pb: w_pb2.JobOutput) -> OutputReport:
+    return OutputReport(lease_id=pb.lease_id, data=pb.data)
 
 
 def ack_to_pb(ack: LogAck) -> w_pb2.Ack:

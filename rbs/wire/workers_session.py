@@ -40,6 +40,7 @@ from rbs.wire.workers_jobs import (
     KillOrder,
     LogAck,
     LogBatch,
+    OutputReport,
     ResultAck,
     ack_from_pb,
     ack_to_pb,
@@ -55,6 +56,8 @@ from rbs.wire.workers_jobs import (
     kill_to_pb,
     log_batch_from_pb,
     log_batch_to_pb,
+    output_from_pb,
+    output_to_pb,
     result_ack_from_pb,
     result_ack_to_pb,
 )
@@ -121,6 +124,7 @@ WorkerReport = (
     | JobStartedReport
     | JobFinishedReport
     | LogBatch
+    | OutputReport
     | ImagesReport
 )
 # What the server reads: the same, but an action's result stays REAPI messages.
@@ -132,6 +136,7 @@ ReceivedReport = (
     | JobStartedReport
     | JobFinishedReport
     | LogBatch
+    | OutputReport
     | ImagesReport
 )
 ServerOrder = (
@@ -238,6 +243,7 @@ _REPORTS: Mapping[type, tuple[str, Callable[[Any], Any]]] = {
     JobStartedReport: ("job_started", job_started_to_pb),
     JobFinishedReport: ("job_finished", job_finished_to_pb),
     LogBatch: ("log_lines", log_batch_to_pb),
+    OutputReport: ("job_output", output_to_pb),
     ImagesReport: ("images", images_to_pb),
 }
 
@@ -257,6 +263,7 @@ _READ_REPORTS: Mapping[str, Callable[[Any], ReceivedReport]] = {
     "job_started": job_started_from_pb,
     "job_finished": job_finished_from_pb,
     "images": images_from_pb,
+    "job_output": output_from_pb,
 }
 
 

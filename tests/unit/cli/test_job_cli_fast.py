@@ -35,6 +35,7 @@ SAME = [
     ["submit", "--preemptible", "--queue", "low", "--", "x"],
     ["submit", "--interactive", "--", "x"],
     ["submit", "-i", "--name", "n", "--", "x"],
+    ["submit", "-i", "--pty", "--", "bash"],
 ]
 
 DEFER = [

@@ -14,6 +14,7 @@ from rbs.executor.supervisor_proto import (
     KillRun,
     Lines,
     ListRuns,
+    Output,
     ProtocolError,
     Renew,
     RunInfo,
@@ -49,6 +50,8 @@ MESSAGES = [
     Forget(lease_id="12_3.1.0"),
     Shutdown(),
     Input(lease_id="12_3.1.0", data="aGkK", eof=True),
+    Input(lease_id="12_3.1.0", winsize=(50, 132)),
+    Output(lease_id="12_3.1.0", data="JCAbWzBt"),
     SignalRun(lease_id="12_3.1.0", signal=2),
     Started(lease_id="12_3.1.0", pid=4242, started_at=1.5e9),
     Lines(lease_id="12_3.1.0", records=({"seq": 1, "t": 1.0, "s": "out", "text": "héllo"},)),
@@ -88,7 +91,8 @@ def test_bad_frames_are_refused_with_a_reason() -> None:
 def test_reserved_plug_in_fields_are_named_when_set() -> None:
     assert SPEC.unsupported() == []
     spec = RunSpec(**{**_fields(SPEC), "pty": True, "cpu_set": (0, 1), "io_bps": 4096})
-    assert spec.unsupported() == ["pty"]  # cpu_set and io_bps are carried out
+    assert spec.unsupported() == []  # pty, cpu_set and io_bps are carried out
+    assert RunSpec(**{**_fields(SPEC), "uid": 1000}).unsupported() == ["uid"]
 
 
 def _fields(spec: RunSpec) -> dict[str, object]:

@@ -155,6 +155,7 @@ def _full() -> JobManifest:
         network="none",
         preemptible=True,
         interactive=True,
+        pty=True,
     )
 
 
