@@ -45,7 +45,13 @@ def resubmit_job(params: Mapping[str, Any]) -> int:
 
     flags = resubmit_flags(params)
     with client_for(params.get("server"), params.get("token_file")) as client:
-        job_id = resubmit(client, params["job_id"], flags, secret_specs=list(params["secret"]))
+        job_id = resubmit(
+            client,
+            params["job_id"],
+            flags,
+            secret_specs=list(params["secret"]),
+            note=lambda text: print(f"rbs job resubmit: note: {text}", file=sys.stderr),
+        )
         print(job_id)
         sys.stdout.flush()
         if params.get("follow") or params.get("wait"):

@@ -56,6 +56,7 @@ def print_show(info: JobInfo) -> None:
     m = r.get("manifest", {})
     row("Command", " ".join(m.get("command", [])), "command")
     row("Queue", info.queue, "queue")
+    row("Preemptible", "yes" if m.get("preemptible") else "no", "preemptible")
     p = r.get("priority", {})
     row(
         "Priority",

@@ -6,12 +6,20 @@ resubmit needs no checkout: it reads the job back, layers the given flags over i
 manifest, asks the environment again for the secrets it names, and submits it. When
 the tree is gone from the cluster but a build store here still has it, its missing
 blobs are staged again; otherwise the error names every input that is gone.
+
+Times are absolute in a manifest (a relative `--begin 30m` was resolved when the job
+was submitted), so a begin time or a deadline that has passed is dropped, with a note:
+carried over, a past deadline would cancel the new job at once. One still ahead is
+kept, with a note that says so. A `--begin` or `--deadline` given to the resubmit
+replaces either (`--begin ""` clears the begin time).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +123,41 @@ def job_manifest(client: JobsClient, job_id: str) -> tuple[JobManifest, dict[str
     return manifest, prov
 
 
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(ts))
+
+
+def carried_times(
+    manifest: JobManifest, flags: Mapping[str, Any], now: float
+) -> tuple[JobManifest, list[str]]:
+    """The manifest less a begin time or deadline that has passed (unless `flags` give a
+    new one), and the notes that say what was dropped or kept."""
+    notes: list[str] = []
+    drop: set[str] = set()
+    for field, flag, what in (
+        ("begin_time", "begin", "begin time"),
+        ("deadline", "deadline", "deadline"),
+    ):
+        at = getattr(manifest, field)
+        if at is None or flags.get(flag) is not None:
+            continue
+        if at <= now:
+            drop.add(field)
+            notes.append(f"the job's {what} ({_when(at)}) has passed; the new job has none")
+        else:
+            notes.append(
+                f"the new job keeps the {what} {_when(at)} (--{flag} replaces it"
+                + (', --begin "" clears it)' if flag == "begin" else ")")
+            )
+    if drop:
+        manifest = dataclasses.replace(
+            manifest,
+            begin_time=None if "begin_time" in drop else manifest.begin_time,
+            deadline=None if "deadline" in drop else manifest.deadline,
+        )
+    return manifest, notes
+
+
 def resubmit(
     client: JobsClient,
     job_id: str,
@@ -123,12 +166,18 @@ def resubmit(
     secret_specs: list[str] | None = None,
     cwd: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> str:
     """Submit job `job_id`'s manifest and input root again, with `flags` (JobsClient.submit's
-    names) layered on top; returns the new job's id."""
+    names) layered on top; returns the new job's id. `note` is told what became of the
+    job's begin time and deadline (`carried_times`)."""
     from rbs.client.secrets import read_secrets
 
     manifest, prov = job_manifest(client, job_id)
+    manifest, notes = carried_times(manifest, flags or {}, time.time())
+    if note is not None:
+        for text in notes:
+            note(text)
     restage_or_explain(client, job_id, manifest, prov, cwd or Path.cwd())
     names, secrets = read_secrets(secret_specs or [], manifest.secrets, environ)
     given = {k: v for k, v in (flags or {}).items() if v is not None}
@@ -138,4 +187,4 @@ def resubmit(
     return client.submit(None, manifest=manifest, provenance=prov, secrets=secrets, **given)
 
 
-__all__ = ["job_manifest", "missing_inputs", "restage_or_explain", "resubmit"]
+__all__ = ["carried_times", "job_manifest", "missing_inputs", "restage_or_explain", "resubmit"]

@@ -46,6 +46,7 @@ from rbs.scheduler.instructions import (
 from rbs.scheduler.invariants import check_invariants
 from rbs.scheduler.pinning import refusal
 from rbs.scheduler.placement import schedule
+from rbs.scheduler.preempt_holds import lapse_due
 from rbs.scheduler.runtimes import refuse_without_runtime
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
 from rbs.scheduler.views import JobView, QueueView, TaskView, job_view, queue_views, task_view
@@ -388,6 +389,7 @@ class Scheduler:
                 st.touch(job)
                 lc.sync_ready(st, job)
         lc.expire_deadlines(st)
+        lapse_due(st)  # a preemptor's hold whose bound passed opens its workers again
 
     # ---- persistence
 

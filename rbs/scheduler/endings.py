@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal as signals
 
 from rbs.model import UNKNOWN_USER, JobState
-from rbs.scheduler.instructions import Note
+from rbs.scheduler.instructions import JobChange, Note
 from rbs.scheduler.state import Job, Run, SchedState
 
 WORKER_LOST = "worker_lost"
@@ -108,3 +108,12 @@ def note_node_fail(st: SchedState, job: Job, run: Run, worker: str) -> None:
     )
     text = f"worker {worker} lost; not restarting: {why}; ending NODE_FAIL"
     st.actions.append(Note(job_id=job.id, index=run.index, attempt=run.attempt, text=text))
+
+
+def note_never(st: SchedState, job: Job, dep: str, target: int, state: JobState) -> None:
+    """A dependency that can never hold cancels the job: say which, in its changes and log."""
+    text = f"dependency {dep} can never be satisfied: job {target} ended {state.value}"
+    change = JobChange(action=f"cancelled: {text}", by="scheduler", at=st.now)
+    job.changes = (*job.changes, change)[-50:]
+    st.touch(job)
+    st.actions.append(Note(job_id=job.id, index=None, attempt=0, text=text + "; cancelled"))

@@ -26,7 +26,8 @@ _ENDING_STATE = {
 
 
 def dependency_status(st: SchedState, job: Job) -> str:
-    """'ok' when every dependency holds, 'never' when one never can, else 'wait'."""
+    """'ok' when every dependency holds, else 'wait'; 'never' when one never can, which the
+    job's changes and log then name (the caller cancels it)."""
     status = "ok"
     for dep in job.manifest.dependencies:
         target = state_of(st, dep.job_id)
@@ -35,6 +36,7 @@ def dependency_status(st: SchedState, job: Job) -> str:
         elif (dep.kind is DepKind.AFTEROK and target is not JobState.COMPLETED) or (
             dep.kind is DepKind.AFTERNOTOK and target is JobState.COMPLETED
         ):
+            endings.note_never(st, job, str(dep), dep.job_id, target)
             return "never"
     return status
 
@@ -252,16 +254,25 @@ def node_exited(
     release_node(st, run, rank)
     if peak is not None:
         run.peak = max(run.peak or 0, peak)
+    # Rank 0 ends a gang; each rank that ended before it counts, as srun reports the
+    # highest exit code of its tasks (a signal or an OOM kill of any rank, likewise).
+    if run.ending is None:
+        code = run.exit_code
+        run.exit_code = exit_code if code is None else max(code, exit_code)
+        if signal is not None and (rank == 0 or run.signal is None):
+            run.signal = signal
+        run.oom = run.oom or oom
+    elif rank == 0:
+        run.exit_code, run.signal, run.oom = exit_code, signal, oom
     if rank != 0:
-        return  # only rank 0 decides how a gang ends
-    run.exit_code, run.signal, run.oom = exit_code, signal, oom
+        return
     if run.ending in _ENDING_STATE:
         end_run(st, job, run, _ENDING_STATE[run.ending], KillReason.GANG_PEER_ENDED)
     elif run.ending in (KillReason.REQUEUE, KillReason.PREEMPT, KillReason.NODE_FAIL):
         lost(st, job, run, preempt=run.ending is KillReason.PREEMPT)
-    elif oom:
+    elif run.oom:
         end_run(st, job, run, JobState.OUT_OF_MEMORY, KillReason.GANG_PEER_ENDED)
-    elif exit_code == 0 and signal is None:
+    elif run.exit_code == 0 and run.signal is None:
         end_run(st, job, run, JobState.COMPLETED, KillReason.GANG_PEER_ENDED)
     else:
         end_run(st, job, run, JobState.FAILED, KillReason.GANG_PEER_ENDED)

@@ -27,7 +27,8 @@ from rbs.model import Resources
 from rbs.scheduler.lifecycle import start_run
 from rbs.scheduler.pinning import cores_free
 from rbs.scheduler.policy import Shape
-from rbs.scheduler.preempt import preempt
+from rbs.scheduler.preempt import preempt, preempted_queues
+from rbs.scheduler.preempt_holds import held_by, prune, release
 from rbs.scheduler.releases import STOPPING
 from rbs.scheduler.state import Job, SchedState
 from rbs.scheduler.windows import MAINTENANCE, holds, without_windows
@@ -55,6 +56,10 @@ class Pass:
     def __init__(self, st: SchedState) -> None:
         self.st = st
         self.reserved: dict[str, float] = holds(st) if st.windows else {}
+        self.windowed = dict(self.reserved) if self.reserved else {}
+        prune(st)
+        for wid in st.held_for:  # held for a preemptor: closed to every other job
+            self.reserved[wid] = st.now
         self.reservations = 0
         self.blocked: dict[Shape, str] = {}
         self.closed: set[Shape] = set()
@@ -73,12 +78,17 @@ class Pass:
         self._order: list[Shape] = []
         self._order_at = 0
         self._order_version = -1
+        # With preemption configured a full cluster does not end the pass: a job that
+        # may preempt, further down, must still be met (`pass_depth` bounds the walk).
+        self.preempting = bool(st.config.queues) and bool(preempted_queues(st.config))
 
     def run(self) -> None:
         st = self.st
         work = st.work
         failures = 0
         depth = st.config.pass_depth
+        if st.held_for:
+            self.start_holders()
         walk = st.ready.walk(self.closed)
         try:
             for job, first in walk:
@@ -91,6 +101,8 @@ class Pass:
                 reason = self._known_to_fail(job.shape) if self.failed_min else None
                 if reason is not None:
                     self.blocked[job.shape] = reason
+                    if reason == "Resources" and self.preempting and self.may_preempt(job):
+                        preempt(st, job)  # what hides it from placement does not from this
                 else:
                     reason = self.fill(job, checked=True)
                 if reason is None or reason == "JobArrayTaskLimit":
@@ -107,7 +119,11 @@ class Pass:
                 if job.reason != reason:
                     st.set_state(job, job.state, reason)
                 failures += 1
-                if failures >= depth or self.nothing_fits or not len(st.free):
+                if failures >= depth:
+                    break
+                if self.preempting:
+                    continue
+                if self.nothing_fits or not len(st.free):
                     break
                 if allocated != (len(self.reserved), st.pass_starts) and not self.room_left():
                     break
@@ -136,7 +152,7 @@ class Pass:
                     why = "ReqNodeNotAvail"
                 self.blocked[job.shape] = why
                 return why
-            placement, room = place_or_room(st, job, self.reserved)
+            placement, room = place_or_room(st, job, self.reserved_for(job))
             if placement is None:
                 pinned = bool(job.manifest.cpu_cores)  # says nothing about unpinned jobs
                 if single and not room and job.manifest.container is None and not pinned:
@@ -149,8 +165,58 @@ class Pass:
                     self.failed_min.append((job.shape, why))
                 self.nothing_fits = self._all_fail()
                 return why
-            start_run(st, job, placement)
+            self.start(job, placement)
         return None
+
+    def start(self, job: Job, placement: list[WorkerCapacity]) -> None:
+        """Start one task of `job`; the preemption holds it had on those workers are spent."""
+        start_run(self.st, job, placement)
+        if not self.st.held_for:
+            return
+        ids = [w.worker_id for w in placement]
+        release(self.st, job, ids)
+        for wid in ids:
+            if wid not in self.st.held_for and wid in self.reserved:
+                if wid in self.windowed:
+                    self.reserved[wid] = self.windowed[wid]
+                else:
+                    del self.reserved[wid]
+
+    def may_preempt(self, job: Job) -> bool:
+        q = self.st.config.queue(job.manifest.queue)
+        return q is not None and bool(q.preempts)
+
+    def reserved_for(self, job: Job) -> dict[str, float]:
+        """The promises `job` must honour: all of them, less the workers held for it."""
+        st = self.st
+        if not st.held_for:
+            return self.reserved
+        own = held_by(st, job.id)
+        if not own:
+            return self.reserved
+        mine = dict(self.reserved)
+        for wid in own:
+            if wid in self.windowed:
+                mine[wid] = self.windowed[wid]  # a maintenance window still holds it
+            else:
+                del mine[wid]
+        return mine
+
+    def start_holders(self) -> None:
+        """Place the preemptors first on the workers held for them, whatever their rank in
+        the walk, so the room their victims gave back goes to them."""
+        st = self.st
+        for job_id in sorted({jid for jid, _ in st.held_for.values()}):
+            job = st.jobs[job_id]
+            m = job.manifest
+            throttle = m.array.throttle if m.array is not None else None
+            while job.pool.pending and job.id in st.ready:
+                if throttle is not None and len(job.runs) >= throttle:
+                    break
+                placement = place(st, job, self.reserved_for(job))
+                if placement is None:
+                    break
+                self.start(job, placement)
 
     def _known_to_fail(self, shape: Shape) -> str | None:
         """The reason a shape cannot start, if that follows from failures earlier in the pass.

@@ -29,6 +29,8 @@ from rbs.model import JobManifest, KillReason
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.instructions import JobChange, Note
 from rbs.scheduler.lifecycle import find_run, stop_run
+from rbs.scheduler.pinning import worker_cores
+from rbs.scheduler.preempt_holds import held_for_other, hold
 from rbs.scheduler.state import Job, Run, SchedState, SchedulerError
 from rbs.scheduler.workers import WorkerCapacity
 
@@ -114,7 +116,7 @@ def preempt(st: SchedState, job: Job) -> bool:
     m = job.manifest
     cfg = st.config
     queue = cfg.queue(m.queue)
-    if queue is None or not queue.preempts or m.cpu_cores:
+    if queue is None or not queue.preempts:
         return False
     res, lo = m.resources, m.node_range[0]
     my_tier = tier(cfg, m)
@@ -126,10 +128,14 @@ def preempt(st: SchedState, job: Job) -> bool:
             continue
         if m.container is not None and not w.containers:
             continue
+        if m.cpu_cores and max(m.cpu_cores) >= worker_cores(w):
+            continue  # the worker lacks a core the job is pinned to
+        if held_for_other(st, w.worker_id, job.id):
+            continue  # what it frees is promised to another preemptor
         examined += 1
         if examined > max(SCAN_BUDGET, lo):
             break
-        found = _worker_victims(st, w, need, my_tier, queue.preempts)
+        found = _worker_victims(st, w, need, my_tier, queue.preempts, m.cpu_cores)
         if found is not None:
             cost = sum(tier(cfg, st.jobs[r.job_id].manifest) for r in found)
             options.append((len(found), cost, w.worker_id, found))
@@ -142,14 +148,24 @@ def preempt(st: SchedState, job: Job) -> bool:
             victims[run.key] = run
     for run in victims.values():
         _stop(st, job, run, my_tier)
+    if victims:  # hold what they free for this job (preempt_holds.py)
+        hold(st, job, [wid for _, _, wid, _ in options[:lo]])
     return True
 
 
 def _worker_victims(
-    st: SchedState, w: WorkerCapacity, need: Free, my_tier: int, queues: tuple[str, ...]
+    st: SchedState,
+    w: WorkerCapacity,
+    need: Free,
+    my_tier: int,
+    queues: tuple[str, ...],
+    cores: tuple[int, ...] = (),
 ) -> list[Run] | None:
+    """The fewest runs on `w` whose stop frees `need` (and, for a job pinned to `cores`,
+    every run pinned to one of them); None when that cannot be done."""
     free = [w.free_cpu, w.free_mem, len(w.free_gpus), w.free_slots]
     candidates: list[tuple[int, Free, Run]] = []
+    forced: list[Run] = []  # pinned runs holding one of `cores`: they must stop
     seen: set[tuple[int, int | None, int]] = set()
     for key, node in w.allocs.items():
         run = find_run(st, key[0], key[1], key[2])
@@ -164,11 +180,18 @@ def _worker_victims(
                 free[i] += held[i]
             continue
         victim = st.jobs[run.job_id].manifest
-        if victim.preemptible and victim.queue in queues:
-            t = tier(st.config, victim)
-            if t < my_tier:
-                candidates.append((t, held, run))
-    return victims_needed((free[0], free[1], free[2], free[3]), need, candidates)
+        eligible = victim.preemptible and victim.queue in queues
+        t = tier(st.config, victim)
+        if cores and not set(cores).isdisjoint(victim.cpu_cores):
+            if not (eligible and t < my_tier):
+                return None  # a core the job needs is held by a run it may not stop
+            forced.append(run)
+            for i in range(4):
+                free[i] += held[i]
+        elif eligible and t < my_tier:
+            candidates.append((t, held, run))
+    rest = victims_needed((free[0], free[1], free[2], free[3]), need, candidates)
+    return None if rest is None else forced + rest
 
 
 def _stop(st: SchedState, job: Job, run: Run, my_tier: int) -> None:

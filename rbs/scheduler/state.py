@@ -310,8 +310,7 @@ class SchedState:
         self.live_workers = 0  # workers up (kept by count_worker)
         self.next_id = 1
         self.ready: ReadyQueue[Job] = ReadyQueue(config)
-        # What the last pass learnt of the shapes it closed, for the views of the jobs
-        # it did not reach: shape -> pending reason, and whether it reserved workers.
+        # What the last pass learnt of the shapes it closed (shape -> reason; reserved?).
         self.last_blocked: dict[Shape, str] = {}
         self.last_reserved = False
         self.dependents: dict[int, list[int]] = {}
@@ -321,6 +320,7 @@ class SchedState:
         self.draining: dict[RunKey, Run] = {}
         self.children: dict[int, int] = {}  # parent job -> child jobs it submitted
         self.windows: tuple[Window, ...] = ()  # maintenance windows, drains (.windows)
+        self.held_for: dict[str, tuple[int, float]] = {}  # worker -> preemptor, until
         self.need_pass = True
         self.pass_no = 0
         self.pass_starts = 0  # runs started, ever: lets a pass see that capacity changed

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sched_harness import Harness, env, kills, manifest, starts
 
 from rbs.model import JobState, KillReason
+from rbs.scheduler.instructions import Note
 from rbs.wire.specs import parse_array, parse_dependencies
 
 
@@ -168,3 +169,53 @@ def test_array_and_gang_together_are_refused_by_the_manifest() -> None:
 
     with pytest.raises(ValueError, match="cannot also be a multi-node gang"):
         manifest(nodes=2, array=parse_array("0-1"))
+
+
+def _gang(h: Harness, n: int = 3) -> tuple[int, list[str]]:
+    for w in ("a", "b", "c")[:n]:
+        h.up(w, cpus=2, slots=1)
+    jid = h.submit(nodes=n, res=(2, 1, 0))
+    return jid, [node.worker_id for node in h.sched.job(jid).runs[0].nodes]
+
+
+def test_a_gang_ends_with_the_highest_exit_code_of_its_ranks_as_srun_reports() -> None:
+    h = Harness()
+    jid, where = _gang(h)
+    h.exit(jid, rank=2, worker=where[2], code=3)
+    h.exit(jid, rank=1, worker=where[1], code=7)
+    assert h.state(jid) is JobState.RUNNING  # rank 0 still runs: the gang goes on
+    h.exit(jid, rank=0, worker=where[0], code=0)
+    view = h.sched.job(jid)
+    assert (view.state, view.exit_code, view.reason) == (JobState.FAILED, 7, "exit 7")
+
+
+def test_a_rank_killed_by_a_signal_fails_the_gang_and_peers_killed_after_rank_0_do_not() -> None:
+    h = Harness()
+    jid, where = _gang(h)
+    h.exit(jid, rank=1, worker=where[1], code=0, signal=11)
+    h.exit(jid, rank=0, worker=where[0], code=0)
+    assert h.state(jid) is JobState.FAILED
+    h2 = Harness()
+    ok, where2 = _gang(h2)
+    h2.exit(ok, rank=0, worker=where2[0], code=0)
+    # The peers' SIGTERM exits come after the gang ended: they change nothing.
+    h2.exit(ok, rank=1, worker=where2[1], code=143, signal=15)
+    h2.exit(ok, rank=2, worker=where2[2], code=143, signal=15)
+    assert (h2.state(ok), h2.sched.job(ok).exit_code) == (JobState.COMPLETED, 0)
+
+
+def test_a_never_satisfiable_dependency_is_named_in_the_changes_and_the_log() -> None:
+    h = Harness()
+    h.up("w", slots=2)
+    a = h.submit()
+    b = h.submit()
+    dep = h.submit(dependencies=_deps(f"afterok:{a},afterok:{b}"))
+    out = h.exit(b, code=2)
+    assert (h.state(dep), h.reason(dep)) == (JobState.CANCELLED, "DependencyNeverSatisfied")
+    (change,) = h.sched.job(dep).changes
+    want = f"dependency afterok:{b} can never be satisfied: job {b} ended FAILED"
+    assert change.action == f"cancelled: {want}"
+    notes = [i for i in out if isinstance(i, Note) and i.job_id == dep]
+    assert [n.text for n in notes] == [want + "; cancelled"]
+    late = h.submit(dependencies=_deps(f"afterok:{b}"))  # at submit, likewise
+    assert h.sched.job(late).changes[0].action == f"cancelled: {want}"

@@ -251,3 +251,30 @@ def test_keep_inputs_reads_a_duration_and_names_a_bad_one() -> None:
     with pytest.raises(ConfigError) as e:
         config_from_dict({"cas": {"keep_inputs": "forever"}})
     assert "[cas] keep_inputs" in str(e.value)
+
+
+def test_resubmit_drops_a_deadline_that_has_passed_and_keeps_a_begin_time_ahead(
+    cluster: JobCluster, client: JobsClient
+) -> None:
+    import time
+
+    from jobs_harness import wait_for
+
+    soon = time.time() + 3
+    job = client.submit(["true"], deadline=str(int(soon) + 1))
+    assert cluster.wait(job).ok
+    wait_for("the deadline to pass", lambda: time.time() > soon + 2, timeout=60)
+    res = CliRunner().invoke(cli, ["job", "resubmit", job, "--server", cluster.address])
+    assert res.exit_code == 0, res.output
+    assert "note: the job's deadline (" in res.output and "has passed" in res.output
+    again = res.stdout.strip().splitlines()[-1]
+    assert cluster.wait(again).ok  # carried over, the deadline would have cancelled it
+    assert client.show(again).raw["manifest"]["deadline"] is None
+    later = int(time.time()) + 3600
+    waiting = client.submit(["true"], begin=later)
+    res = CliRunner().invoke(cli, ["job", "resubmit", waiting, "--server", cluster.address])
+    assert res.exit_code == 0, res.output
+    assert "note: the new job keeps the begin time" in res.output
+    kept = res.stdout.strip().splitlines()[-1]
+    assert client.show(kept).raw["manifest"]["begin_time"] == later
+    client.cancel([waiting, kept])
