@@ -17,7 +17,7 @@ $(STAMP): requirements.lock pyproject.toml
 
 # Debian packages some tests need (real Bazel for the interop tests; zsh and fish for
 # the shell completion tests; chromium and chromium-driver for the dashboard browser tests; Prometheus, whose service is never started, for the metrics test;
-# podman, runc and busybox-static for the container job tests).
+# podman, runc and busybox-static for the container job tests; tmux for the --pty test).
 system-deps:
 	@command -v bazel >/dev/null 2>&1 || { \
 	  echo "installing Debian's bazel-bootstrap for the Bazel interop tests"; \
@@ -35,6 +35,10 @@ system-deps:
 	  echo "installing Debian's chromium and chromium-driver for the dashboard's browser tests"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null) \
 	  || echo "warning: could not install chromium and chromium-driver; the dashboard's browser tests will be skipped"; }
+	@command -v tmux >/dev/null 2>&1 || { \
+	  echo "installing tmux for the --pty job test (a real terminal)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null) \
+	  || echo "warning: could not install tmux; the --pty terminal test will be skipped"; }
 	@test -x /usr/bin/prometheus || { \
 	  echo "installing Debian's prometheus (not its service) for the metrics test"; \
 	  sh scripts/install_prometheus.sh \
