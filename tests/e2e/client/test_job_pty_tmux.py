@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -80,6 +81,19 @@ def _sleep_running() -> bool:
     return False
 
 
+def _client_pid(job: str) -> int:
+    """The pid of the `rbs job attach JOB` running in the terminal."""
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd[1:5] == [b"-m", b"rbs", b"job", b"attach"] and cmd[5:6] == [job.encode()]:
+                return int(pid)
+    raise AssertionError(f"no rbs job attach {job} is running")
+
+
 def _until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -128,9 +142,20 @@ def test_pty_bash_in_tmux(home: Path, tmp_path: Path) -> None:
         tmux.type("~.", enter=False)
         tmux.wait_for(rf"rbs: detached from job {job}; .*Reattach with: rbs job attach {job}")
         tmux.wait_for(r"^client-exit=0$")
+        tmux.type("stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon; echo mode-1")
+        tmux.wait_for(r"^icanon\nmode-1$")  # raw mode is over: the terminal is as it was
         tmux.type(f"{RBS} job attach {job}; echo attach-exit=$?")
         tmux.type("echo back-$((2+3))")
         tmux.wait_for(r"^back-5$")
+
+        # SIGTERM to the client detaches it, and its terminal is restored too.
+        os.kill(_client_pid(job), signal.SIGTERM)
+        tmux.wait_for(r"^attach-exit=0$")
+        tmux.type("stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon; echo mode-2")
+        tmux.wait_for(r"^icanon\nmode-2$")
+        tmux.type(f"{RBS} job attach {job}; echo attach-exit=$?")
+        tmux.type("echo again-$((3+4))")
+        tmux.wait_for(r"^again-7$")
 
         # The job's exit code is the client's.
         tmux.type("exit 3")
