@@ -278,6 +278,11 @@ class JobCgroup(ABC):
     def remove(self) -> None:
         """Kill what is left and remove the group."""
 
+    def recycle(self) -> bool:
+        """Ready an empty group for another job with the same limits: its counters read
+        zero again (reset, or a baseline kept). False when it cannot be (then removed)."""
+        return False
+
 
 class CgroupBackend(ABC):
     """Creates one `JobCgroup` per job under rbs's base group."""
@@ -296,6 +301,11 @@ class CgroupBackend(ABC):
     def sweep(self) -> list[Path]:
         """Kill and remove every job group in this backend's scope, e.g. those a previous
         run of this worker left behind; returns the groups removed."""
+
+    def release(self, group: JobCgroup, *, empty: bool) -> None:
+        """A job has ended: remove its group (`empty`: no process was left in it; a pool
+        may then keep the group for a later job, rbs.executor.cgroup_pool)."""
+        group.remove()
 
 
 class NullCgroup(JobCgroup):

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 CPU_PERIOD_US = 100_000
 KERNEL_PERIOD_US = 100_000  # cpu.cfs_period_us of a new group
 CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "cpuset", "blkio")
+# A group still charged with more memory than this once its job ended is not reused.
+RECYCLE_MAX_CHARGE = 1 << 20
 
 
 class V1Cgroup(JobCgroup):
@@ -46,6 +48,9 @@ class V1Cgroup(JobCgroup):
         self.groups = dict(groups)
         self.notes = notes
         self.description = "v1 " + " ".join(f"{c}:{p}" for c, p in sorted(self.groups.items()))
+        # Counters of earlier jobs in this group (reused: `recycle`), and the last read.
+        self._base = (0, 0)  # cpuacct.usage ns, oom_kill
+        self._last: tuple[int, int] | None = None
 
     @property
     def fs(self) -> CgroupFs:
@@ -75,11 +80,31 @@ class V1Cgroup(JobCgroup):
             if self._fs.exists(oom_control):
                 oom = read_keyed(self._fs, oom_control).get("oom_kill", 0)
         cpu = None
+        ns = None
         acct = self.groups.get("cpuacct")
         if acct is not None:
             ns = read_int(self._fs, acct / "cpuacct.usage")
-            cpu = None if ns is None else ns / 1e9
-        return Usage(peak_memory_bytes=peak, oom_kills=oom, cpu_time_s=cpu)
+            cpu = None if ns is None else (ns - self._base[0]) / 1e9
+        self._last = (ns or 0, oom)
+        return Usage(peak_memory_bytes=peak, oom_kills=oom - self._base[1], cpu_time_s=cpu)
+
+    def recycle(self) -> bool:
+        """The peak is reset (the kernel sets it to what is charged now: a group still
+        charged with more than RECYCLE_MAX_CHARGE, e.g. the page cache of files the job
+        wrote, is not reused); cpu time and OOM kills count from the last `usage`."""
+        if self._last is None:
+            return False
+        mem = self.groups.get("memory")
+        try:
+            if mem is not None:
+                charged = read_int(self._fs, mem / "memory.usage_in_bytes")
+                if charged is None or charged > RECYCLE_MAX_CHARGE:
+                    return False
+                self._fs.write(mem / "memory.max_usage_in_bytes", "0")
+        except CgroupError:
+            return False
+        self._base, self._last = self._last, None
+        return True
 
     def remove(self) -> None:
         remove_groups(self._fs, self._dirs())
@@ -96,6 +121,8 @@ class V1Backend(CgroupBackend):
             raise ValueError(f"unsupported v1 controllers {sorted(unknown)}; use {CONTROLLERS}")
         self.bases = dict(bases)
         self.fs = fs or CgroupFs()
+        # Hierarchies a job never needs here (hybrid: v2 accounts cpu time, not cpuacct).
+        self.skip: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         return "cgroup v1 " + " ".join(f"{c}:{p}" for c, p in sorted(self.bases.items()))
@@ -107,7 +134,9 @@ class V1Backend(CgroupBackend):
 
     def create(self, key: str, limits: Limits) -> V1Cgroup:
         name = group_name(key)
-        skip = cgroup_pin.optional_controllers(limits)
+        skip = cgroup_pin.optional_controllers(limits) | self.skip
+        if limits.pids_max is None and self.bases.keys() & {"memory", "cpu"}:
+            skip.add("pids")  # a group with no limit to enforce: one join less per job
         groups = {c: base / name for c, base in self.bases.items() if c not in skip}
         made: list[Path] = []
         try:

@@ -54,6 +54,7 @@ class V2Cgroup(JobCgroup):
         self.notes = notes
         enabled = ",".join(sorted(controllers)) or "no controllers"
         self.description = f"v2 {path} ({enabled})"
+        self._base_usec = 0  # cpu of earlier jobs in this group (reused: `recycle`)
 
     @property
     def fs(self) -> CgroupFs:
@@ -88,12 +89,24 @@ class V2Cgroup(JobCgroup):
         events = self.path / "memory.events"
         if "memory" in self.controllers and self._fs.exists(events):
             oom = read_keyed(self._fs, events).get("oom_kill", 0)
-        cpu = None
-        stat = self.path / "cpu.stat"
-        if self._fs.exists(stat):
-            usec = read_keyed(self._fs, stat).get("usage_usec")
-            cpu = None if usec is None else usec / 1e6
+        usec = self._usec()
+        cpu = None if usec is None else (usec - self._base_usec) / 1e6
         return Usage(peak_memory_bytes=peak, oom_kills=oom, cpu_time_s=cpu)
+
+    def _usec(self) -> int | None:
+        stat = self.path / "cpu.stat"
+        return read_keyed(self._fs, stat).get("usage_usec") if self._fs.exists(stat) else None
+
+    def recycle(self) -> bool:
+        """Without the memory controller only cpu time counts, from now on. With it, no:
+        memory.peak cannot be reset for every reader."""
+        if "memory" in self.controllers:
+            return False
+        try:
+            self._base_usec = self._usec() or 0
+        except CgroupError:
+            return False
+        return True
 
     def remove(self) -> None:
         remove_groups(self._fs, [self.path])

@@ -116,7 +116,9 @@ class HybridCgroup(JobCgroup):
         return self.v2.procs_files() + self.v1.procs_files()
 
     def pids(self) -> set[int]:
-        return self.v2.pids() | self.v1.pids()
+        # The v2 group holds every process of the job: each joins it first (before its
+        # v1 groups) and children inherit it. One read, not one per hierarchy.
+        return self.v2.pids()
 
     def signal(self, sig: int) -> int:
         if sig == signal.SIGKILL:
@@ -138,6 +140,10 @@ class HybridCgroup(JobCgroup):
         finally:
             self.v1.remove()
 
+    def recycle(self) -> bool:
+        # The v2 group's cpu time counts only where v1 has no cpuacct (`usage`).
+        return self.v1.recycle() and ("cpuacct" in self.v1.groups or self.v2.recycle())
+
 
 class HybridBackend(CgroupBackend):
     """v1 limits with v2 tracking, for hosts whose v2 mount has no controllers."""
@@ -147,6 +153,9 @@ class HybridBackend(CgroupBackend):
     def __init__(self, v1: V1Backend, v2: V2Backend) -> None:
         self.v1 = v1
         self.v2 = v2
+        if v2.fs.exists(v2.base / "cpu.stat"):
+            # v2's cpu.stat counts cpu time without a controller: no cpuacct group to join.
+            v1.skip = v1.skip | {"cpuacct"}
 
     def describe(self) -> str:
         return f"hybrid: {self.v1.describe()}; tracking by {self.v2.describe()}"

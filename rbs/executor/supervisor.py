@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError
+from rbs.executor.cgroup_pool import CgroupPool
 from rbs.executor.cgroups import detect
 from rbs.executor.joblog import record_of
 from rbs.executor.supervisor_proto import (
@@ -396,8 +397,8 @@ class Supervisor:
             emit=self._lines,
             watch=self._watch,
             unwatch=self._unwatch,
-        )
             raw=self._send,
+        )
         self.runs[spec.lease_id] = run
         self.starter.submit(run)  # on a spawn thread; `_started` takes it from there
 
@@ -462,7 +463,7 @@ def main(argv: list[str]) -> int:
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the daemon's terminal is not for it
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    backend = detect(kind, scope=scope)
+    backend = CgroupPool(detect(kind, scope=scope))
     try:
         sup = Supervisor(work_dir, backend, hostname)
     except OSError as e:
@@ -481,6 +482,7 @@ def main(argv: list[str]) -> int:
     try:
         sup.serve()
     finally:
+        backend.drain()
         # Only this supervisor's own socket: a newer one may have taken the path.
         with contextlib.suppress(OSError):
             if (work_dir / "supervisor.pid").read_text() == str(os.getpid()):

@@ -79,6 +79,7 @@ class SupervisedRun:
         self.started_at: float | None = None
         self.pipes: dict[int, tuple[LogStream, LineSplitter]] = {}
         self.cgroup: JobCgroup = NullCgroup("not created")
+        self._empty = False  # reaped with nothing left in its cgroup
         self.kill_reason: str | None = None
         self.kill_at: float | None = None
         self.drain_until: float | None = None
@@ -234,9 +235,9 @@ class SupervisedRun:
         shim = SHIM_STDIN if spec.stdin else SHIM
         io: supervisor_pty.Stdio | None = None  # pipes, or a --pty run's terminal
         try:
-            pid = os.posix_spawn(
             io = supervisor_pty.stdio(spec.pty, go_r, shim, self.user.uid)
             argv = self.user.wrap(["/bin/sh", "-c", io.shim, spec.cwd, *spec.argv])
+            pid = os.posix_spawn(
                 argv[0],
                 argv,
                 {**spec.env, **(spec.secrets or {})},
@@ -295,9 +296,9 @@ class SupervisedRun:
             data = os.read(fd, READ_CHUNK)
         except BlockingIOError:
             return 0
-        if data:
         except OSError:  # EIO: a --pty run's terminal has no process of the job left on it
             data = b""
+        if data:
             self._emit([(stream, text, eol) for text, eol in splitter.feed(data)])
             return 1
         del self.pipes[fd]
@@ -384,6 +385,7 @@ class SupervisedRun:
         tracked = not isinstance(self.cgroup, NullCgroup)
         try:
             leftovers = len(self.cgroup.pids()) if tracked else len(procs.group_members(self.pid))
+            self._empty = tracked and not leftovers  # its cgroup may be kept for reuse
         except CgroupError:
             leftovers = 0
         if leftovers or not tracked:
@@ -462,7 +464,7 @@ class SupervisedRun:
     def _remove_cgroup(self) -> None:
         runlimits.release(self.spec.lease_id)
         try:
-            self.cgroup.remove()
+            self._backend.release(self.cgroup, empty=self._empty)
         except CgroupError as e:
             self._sys(f"could not remove the job's cgroup: {e}")
 
