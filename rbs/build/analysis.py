@@ -23,8 +23,10 @@ from rbs.build.graph import (
 )
 from rbs.build.labels import Label
 from rbs.build.loader import Loader
+from rbs.build.pkgcache import AnalysisCache, Frame, Key
+from rbs.build.reuse import Reuse
 from rbs.build.rules import AttrSpec, Target, config_of
-from rbs.build.toolchains import toolchains_for
+from rbs.build.toolchains import registered_packages, toolchains_for
 from rbs.build.unsupported import missing_api
 
 _TEST_WRAPPER = (
@@ -44,11 +46,16 @@ def test_timeout(size: object, timeout: object) -> int:
     return _SIZE_TIMEOUTS.get(size if isinstance(size, str) else "medium", 300)
 
 
-class Analyzer(CtxData, ActionHooks, AspectHooks):
+class Analyzer(Reuse, CtxData, ActionHooks, AspectHooks):
     """Runs rule implementations in dependency order and collects their actions."""
 
-    def __init__(self, loader: Loader, config: str = "target") -> None:
+    def __init__(
+        self, loader: Loader, config: str = "target", cache: AnalysisCache | None = None
+    ) -> None:
         self.config = config
+        self.cache = cache
+        self._frames: list[Frame] = []
+        self._owner: list[Key | None] = []
         self.bin_dir = CONFIG_BIN_DIRS[config]
         self._configs: dict[str, Analyzer] = {config: self}
         self.loader = loader
@@ -69,8 +76,9 @@ class Analyzer(CtxData, ActionHooks, AspectHooks):
         share one list of actions."""
         an = self._configs.get(config)
         if an is None:
-            an = Analyzer(self.loader, config=config)
+            an = Analyzer(self.loader, config=config, cache=self.cache)
             an.actions, an.producers, an._configs = self.actions, self.producers, self._configs
+            an._frames, an._owner = self._frames, self._owner
             self._configs[config] = an
         return an
 
@@ -90,7 +98,8 @@ class Analyzer(CtxData, ActionHooks, AspectHooks):
         self, label: Label, *, referrer: Target | None = None, attr: str = ""
     ) -> TargetInfo:
         """The info of any label: a rule target, a generated file or a source file."""
-        info = self.infos.get(label)
+        self._edge(label)
+        info = self.infos.get(label) or self._restore(label)
         if info is not None:
             return info
         where = referrer.location if referrer else None
@@ -117,8 +126,10 @@ class Analyzer(CtxData, ActionHooks, AspectHooks):
             raise self.loader.select_errors[label]
         if label.name in pkg.targets:
             return self._analyze(pkg.targets[label.name])
+        source = owner_label = None
         if label.name in pkg.outputs:
             owner = self._analyze(pkg.targets[pkg.outputs[label.name]])
+            owner_label = owner.label
             path = f"{self.bin_dir}/{label.path}"
             files = tuple(
                 f for f in (*owner.files, *self._outputs_of(owner.label)) if f.path == path
@@ -139,8 +150,10 @@ class Analyzer(CtxData, ActionHooks, AspectHooks):
                 )
             f = File(path=label.path, short_path=label.path, is_source=True, owner=str(label))
             info = TargetInfo(label=label, kind="source file", files=(f,))
+            source = str(full)
         self.infos[label] = info
         self.plain[label] = _plain_info(info, {})
+        self._keep_file(label, source=source or "", owner=owner_label)
         return info
 
     def _outputs_of(self, label: Label) -> list[File]:
@@ -177,14 +190,21 @@ class Analyzer(CtxData, ActionHooks, AspectHooks):
                 hint="remove one of these dependencies",
             )
         self._stack.append(label)
+        frame = self._begin(label)
         try:
             deps: dict[Label, TargetInfo] = {}
             for attr, dep in target.deps():
                 deps[dep] = self.for_attr(target, attr).resolve(dep, referrer=target, attr=attr)
+            start = len(self.actions)
             info = self._run_impl(target, deps)
         finally:
             self._stack.pop()
+            self._end(frame)
         self.infos[label] = info
+        if frame is not None:
+            if target.rule.toolchains:
+                frame.packages.update(registered_packages(self))
+            self._keep_rule(frame, target, start)
         return info
 
     def _run_impl(self, target: Target, deps: dict[Label, TargetInfo]) -> TargetInfo:

@@ -10,6 +10,7 @@ from rbs.build.errors import BuildError, closest
 from rbs.build.graph import ActionGraph
 from rbs.build.labels import Label, parse_pattern
 from rbs.build.loader import Loader
+from rbs.build.pkgcache import AnalysisCache, PackageRecord
 from rbs.build.select import BuildConfig
 from rbs.build.workspace import Workspace, find_root
 
@@ -26,15 +27,20 @@ def resolve_patterns(
     cwd_package: str = "",
     tests_only: bool = False,
     errors: list[BuildError] | None = None,
+    cache: AnalysisCache | None = None,
 ) -> list[Label]:
     """Labels of the rule targets the patterns name, in a stable order.
 
     With `errors` (--keep-going), a package that fails to load is recorded there and
-    skipped instead of ending the build."""
+    skipped instead of ending the build. With `cache`, a package unchanged since it was
+    recorded there is expanded from its record, without loading it."""
     out: dict[Label, None] = {}
     for text in patterns:
         pat = parse_pattern(text, cwd_package=cwd_package)
         for pkg_name in loader.ws.expand(pat):
+            rec = cache.summary(pkg_name) if cache is not None else None
+            if rec is not None and _from_record(rec, pkg_name, pat.name, tests_only, out):
+                continue
             try:
                 pkg = loader.package(pkg_name)
             except BuildError as e:
@@ -74,14 +80,33 @@ def resolve_patterns(
     return list(out)
 
 
+def _from_record(
+    rec: PackageRecord, package: str, name: str | None, tests_only: bool, out: dict[Label, None]
+) -> bool:
+    """Expand a pattern over a recorded package; False when only loading can answer."""
+    if name is not None:
+        if name not in rec.outputs and not any(n == name for n, _, _ in rec.targets):
+            return False  # a source file, or an error to explain: load the package
+        out[Label(package=package, name=name)] = None
+        return True
+    for n, is_test, manual in rec.targets:
+        if (is_test or not tests_only) and not manual:
+            out[Label(package=package, name=n)] = None
+    return True
+
+
 def analyze(
-    loader: Loader, labels: Iterable[Label], errors: list[BuildError] | None = None
+    loader: Loader,
+    labels: Iterable[Label],
+    errors: list[BuildError] | None = None,
+    cache: AnalysisCache | None = None,
 ) -> ActionGraph:
     """Analyse targets (and everything they depend on) into an action graph.
 
     With `errors` (--keep-going), a target that fails to analyse is recorded there and
-    left out of the graph's requested targets; the others are analysed."""
-    an = Analyzer(loader)
+    left out of the graph's requested targets; the others are analysed. With `cache`
+    (rbs.build.pkgcache), clean targets are restored from it and fresh ones recorded."""
+    an = Analyzer(loader, cache=cache)
     for label in labels:
         try:
             an.resolve(label)
@@ -89,6 +114,8 @@ def analyze(
             if errors is None:
                 raise
             errors.append(e)
+    if cache is not None:
+        cache.aspects_used = any(a._aspect_results for a in an._configs.values())
     return an.graph()
 
 

@@ -107,8 +107,9 @@ class AspectHooks:
         have = self._aspect_results.get(memo)
         if have is not None:
             return have
-        pkg = self.loader.packages.get(label.package)
-        target = pkg.targets.get(label.name) if pkg is not None and not label.repo else None
+        # The dependency may have been restored from the analysis cache, unloaded.
+        pkg = None if label.repo else self.loader.package(label.package)
+        target = pkg.targets.get(label.name) if pkg is not None else None
         if target is None:
             self._aspect_results[memo] = {}
             return {}

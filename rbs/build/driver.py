@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rbs.build.engine import (
     OUT_BIN,
@@ -28,6 +29,9 @@ from rbs.build.state import (
     save_analysis,
 )
 from rbs.model import Digest
+
+if TYPE_CHECKING:
+    from rbs.build.pkgcache import AnalysisCache
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +56,10 @@ class BuildResult:
     report: Report = field(default_factory=Report)
     up_to_date: bool = False
     analysis_cached: bool = False
+    # Rule targets analysed afresh, and restored from the per-package analysis cache
+    # (both 0 when the whole request's analysis was reused).
+    analysed: int = 0
+    restored: int = 0
     root: Path = Path()
     # Job targets' manifests written by this build: label -> rbs-out/<pkg>/<name>.job.json
     manifests: dict[Label, str] = field(default_factory=dict)
@@ -82,6 +90,16 @@ def analysis_sources() -> list[str]:
     return sorted(str(p) for p in here.iterdir() if p.suffix in (".py", ".rbs"))
 
 
+def package_cache(root: Path, config: BuildConfig) -> AnalysisCache:
+    """The per-package analysis cache of `root` for `config` (not read yet)."""
+    from rbs.build.pkgcache import AnalysisCache
+    from rbs.build.workspace import ROOT_FILES, rules_root
+
+    globs = [*analysis_sources(), str(rules_root() / "bazel_tools" / "runfiles.bash")]
+    globs += [str(root / n) for n in ROOT_FILES]
+    return AnalysisCache(root, config.key(), globs)
+
+
 def _analysis(
     root: Path,
     patterns: Sequence[str],
@@ -90,8 +108,12 @@ def _analysis(
     tests_only: bool,
     config: BuildConfig | None = None,
     errors: list[BuildError] | None = None,
+    stats: dict[str, int] | None = None,
 ) -> tuple[list[Label], ActionGraph, bool, list[str]]:
-    """(labels, graph, whether it came from the cache, paths the analysis depends on)."""
+    """(labels, graph, whether it came from the cache, paths the analysis depends on).
+
+    `stats` gets the counts of rule targets analysed and restored from the per-package
+    cache (rbs.build.pkgcache) when the whole-request cache missed."""
     cached = load_cached_analysis_with_deps(root, request)
     if cached is not None:
         deps_read, payload = cached
@@ -104,21 +126,28 @@ def _analysis(
             return payload[0], payload[1], True, deps_read
     from rbs.build.api import analyze, resolve_patterns
     from rbs.build.loader import Loader
-    from rbs.build.workspace import Workspace
+    from rbs.build.workspace import ROOT_FILES, Workspace
 
     ws = Workspace(root=root)
     loader = Loader(ws)
     loader.config = config or BuildConfig()
+    cache = package_cache(root, loader.config)
+    cache.load(ws.packages())
     labels = resolve_patterns(
-        loader, patterns, cwd_package=cwd_package, tests_only=tests_only, errors=errors
+        loader, patterns, cwd_package=cwd_package, tests_only=tests_only, errors=errors, cache=cache
     )
-    graph = analyze(loader, labels, errors)
+    graph = analyze(loader, labels, errors, cache)
+    if stats is not None:
+        stats.update(analysed=cache.analysed, restored=cache.restored)
     if errors:
         # Only the targets that analysed; nothing is cached, so a fix is seen next time.
         labels = [x for x in labels if x in graph.targets]
         return labels, graph, False, []
+    if not cache.aspects_used:
+        cache.record_loaded(loader)
+        cache.save()
     deps = set()
-    for path in loader.files_read.values():
+    for path in [*loader.files_read.values(), *map(Path, cache.used_files())]:
         try:
             deps.add(path.resolve().relative_to(root).as_posix())
         except ValueError:
@@ -128,8 +157,6 @@ def _analysis(
     deps.update(d or "." for d in loader.packages)
     deps.update(loader.dirs_read)
     deps.update(analysis_sources())
-    from rbs.build.workspace import ROOT_FILES
-
     deps.add(next((n for n in ROOT_FILES if (root / n).exists()), "WORKSPACE"))
     save_analysis(root, request, deps, (labels, graph))
     return labels, graph, False, sorted(deps)
@@ -167,6 +194,7 @@ def run_build(
     if mode == "build" and state.is_noop(request):
         return BuildResult(labels=[], up_to_date=True, root=root)
     load_errors: list[BuildError] | None = [] if options.keep_going else None
+    stats: dict[str, int] = {}
     labels, graph, cached, analysis_deps = _analysis(
         root,
         patterns,
@@ -175,6 +203,7 @@ def run_build(
         tests_only=mode == "test",
         config=options.config,
         errors=load_errors,
+        stats=stats,
     )
     paths: list[str] = []
     tests: list[int] = []
@@ -214,6 +243,8 @@ def run_build(
         graph=graph,
         report=report,
         analysis_cached=cached,
+        analysed=stats.get("analysed", 0),
+        restored=stats.get("restored", 0),
         root=root,
         load_errors=load_errors or [],
     )

@@ -21,6 +21,7 @@ from rbs.build.errors import (
     starlark_message,
 )
 from rbs.build.labels import RBS_REPO, Label, parse_label, parse_load_label
+from rbs.build.pkgcache import LoadDeps
 from rbs.build.rules import (
     AttrSpec,
     Package,
@@ -78,6 +79,7 @@ class Loader:
         self.files_read: dict[str, Path] = {}  # display path -> file (for the state cache)
         self.globbed: set[str] = set()  # packages whose folder listing was used
         self.dirs_read: list[str] = []  # folders listed (by glob or file lookups)
+        self.deps = LoadDeps()  # what each package's loading read (rbs.build.pkgcache)
         self._loading: list[Label] = []
         self._current: Package | None = None
         self._pending_rules: dict[Label, list[str]] = {}
@@ -136,6 +138,7 @@ class Loader:
 
     def module(self, label: Label) -> Any:
         """The frozen module of a `.rbs` file, evaluated once per process."""
+        self.deps.module(self._loading[-1] if self._loading else None, label)
         cached = self.modules.get(label)
         if cached is not None:
             return cached
@@ -356,7 +359,9 @@ class Loader:
     def files_of(self, package: str) -> list[str]:
         files = self._file_lists.get(package)
         if files is None:
+            before = len(self.dirs_read)
             files = package_files(self.ws, package, dirs=self.dirs_read)
+            self.deps.dirs[package] = self.dirs_read[before:]
             self._file_lists[package] = files
         return files
 
@@ -387,6 +392,7 @@ class Loader:
 
     def package(self, name: str) -> Package:
         """Load one package (once per process); errors carry the BUILD file location."""
+        self.deps.package(name)
         cached = self.packages.get(name) or self._inflight.get(name)
         if cached is not None:
             return cached
@@ -402,12 +408,14 @@ class Loader:
         loader = self._file_loader(requester)
         lowered, needs_compat = lower_build(text)
         prev, self._current = self._current, pkg
+        self.deps.stack.append(name)
         try:
             if needs_compat:
                 sl.eval(m, compat_ast(), GLOBALS)
             sl.eval(m, BUILD_FILE.natives_ast(), GLOBALS, loader)
             sl.eval(m, sl.parse(rel, lowered, BUILD_FILE.dialect), GLOBALS, loader)
         except sl.StarlarkError as e:
+            self.deps.stack.pop()
             inner, self.inner_error = self.inner_error, None
             missing = missing_api(str(e), self.source_line)
             if inner is None and missing is not None:
@@ -415,12 +423,15 @@ class Loader:
             raise (inner or _to_build_error(str(e), rel, pkg.source_lines)) from None
         finally:
             self._current = prev
-        if name in self.deferred_selects:
-            self._inflight[name] = pkg
-            try:
-                resolve_selects(self, pkg)
-            finally:
-                del self._inflight[name]
+        try:
+            if name in self.deferred_selects:
+                self._inflight[name] = pkg
+                try:
+                    resolve_selects(self, pkg)
+                finally:
+                    del self._inflight[name]
+        finally:
+            self.deps.stack.pop()
         self.packages[name] = pkg
         return pkg
 

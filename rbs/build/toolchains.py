@@ -100,6 +100,11 @@ def _registrations(an: _Analyzer) -> list[Target]:
     return found
 
 
+def registered_packages(an: _Analyzer) -> set[str]:
+    """The packages of every registered toolchain: what choosing one reads."""
+    return {t.label.package for t in _registrations(an)}
+
+
 def _compatible(t: Target) -> bool:
     host = host_constraints()
     pkg, repo = t.label.package, t.label.repo
