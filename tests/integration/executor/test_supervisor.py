@@ -130,10 +130,10 @@ def test_kill_and_a_lapsed_lease_stop_runs(tmp_path: Path) -> None:
 
 def test_a_spec_asking_for_what_is_not_built_is_refused(tmp_path: Path) -> None:
     async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
-        client.send(StartRun(spec=_spec(tmp, "4.1.0", "true", pty=True)))
+        client.send(StartRun(spec=_spec(tmp, "4.1.0", "true", uid=1000)))  # the pool's alone
         await _until("the refusal", lambda: events.exited("4.1.0"))
         refused = events.exited("4.1.0")
         assert refused is not None and refused.state == "FAILED"
-        assert refused.error is not None and "does not support pty" in refused.error
+        assert refused.error is not None and "does not support uid" in refused.error
 
     _run(main, tmp_path)
