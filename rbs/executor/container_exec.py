@@ -102,6 +102,9 @@ def create_args(cfg: dict[str, Any], argv: list[str], env: dict[str, str]) -> di
         "name": cfg["name"],
         "detach": True,
     }
+    if cfg.get("run_uid"):  # --run-uids: as outside containers, no setuid way back up
+        kw["security_opt"] = ["no-new-privileges"]
+        kw["cap_drop"] = ["ALL"]
     parent = own_cgroup()
     if parent is not None:
         kw["cgroup_parent"] = parent

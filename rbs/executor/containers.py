@@ -173,12 +173,12 @@ class ContainerEngine:
         )
 
     def prepare(self, spec: RunSpec, image: str, network: str) -> tuple[RunSpec, str]:
-        """The spec of a container run and the log line naming the image used."""
-        if spec.users is not None:
-            raise EngineError(
-                "container jobs do not run on a worker with --run-uids yet; "
-                "run this worker without --run-uids to take container jobs"
-            )
+        """The spec of a container run and the log line naming the image used.
+
+        On a worker with --run-uids the payload runs as the run's uid inside the container:
+        the supervisor writes it into `container.json` when it takes the uid, and starts
+        the wrapper itself as the worker's user, as only that user reaches the engine's
+        socket (rbs.executor.runuser.Seat)."""
         info = self.image(image)
         self._collect(info)
         container = {
@@ -206,11 +206,14 @@ class ContainerEngine:
             json.dump(config, f)
         argv = (sys.executable, "-m", "rbs.executor.container_exec", path, "--")
         repo = f", {info.repo_digests[0]}" if info.repo_digests else ""
+        who = "the run's uid" if spec.users is not None else f"user {container['user']}"
         line = (
             f"container: image {image} ({info.image_id}{repo}) on {self.runtime}, "
-            f"network {network}, as user {container['user']}, {spec.cwd} mounted at the same path"
+            f"network {network}, as {who}, {spec.cwd} mounted at the same path"
         )
-        return dataclasses.replace(spec, argv=argv + spec.argv, container=container), line
+        users = None if spec.users is None else {**spec.users, "container": path}
+        new = dataclasses.replace(spec, argv=argv + spec.argv, container=container, users=users)
+        return new, line
 
     def _collect(self, used: ImageInfo) -> None:
         """Note the image a run uses; past the cap, remove the least recently used images

@@ -31,6 +31,7 @@ import contextlib
 import errno
 import fcntl
 import functools
+import json
 import logging
 import os
 import pwd
@@ -219,6 +220,20 @@ def give(path: Path, uid: int) -> None:
                 os.lchown(p, uid, uid)
 
 
+def container_user(config: str, uid: int) -> None:
+    """Make a container run's payload run as `uid` (gid the same): its `container.json`
+    (the worker's, 0600, outside the mounted folder) names the user the engine starts."""
+    with open(config) as f:
+        data = json.load(f)
+    data["user"] = f"{uid}:{uid}"
+    data["run_uid"] = True
+    tmp = config + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, config)
+
+
 def wrap(argv: list[str], uid: int, tmp: str | None) -> list[str]:
     """`argv` run as `uid` (gid the same, no other groups, no_new_privs); with `tmp`,
     in a mount namespace of its own with that folder at /tmp."""
@@ -404,6 +419,8 @@ class Seat:
         try:
             for folder in self.folders:
                 give(Path(folder), uid)
+            if self.users.get("container"):  # a container run: the payload takes the uid
+                container_user(str(self.users["container"]), uid)
         except OSError as e:
             pool.release(uid)
             return f"cannot give its folders to uid {uid}: {e}"
@@ -412,8 +429,9 @@ class Seat:
         return None
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """`argv` as the run's user (unchanged without one)."""
-        if self.uid is None or self.users is None:
+        """`argv` as the run's user (unchanged without one, and for a container run,
+        whose wrapper must reach the engine's socket and whose payload is the uid)."""
+        if self.uid is None or self.users is None or self.users.get("container"):
             return argv
         return wrap(argv, self.uid, self.folders[1] if self.users.get("private_tmp") else None)
 

@@ -105,6 +105,7 @@ class JobCluster:
         containers: str = "auto",
         container_cache: int | None = None,
         container_pull: str = "auto",
+        run_users: Any = None,  # rbs.executor.runuser.RunUsers: --run-uids
     ) -> Worker:
         async def make() -> tuple[Worker, asyncio.Future[None]]:
             w = Worker(
@@ -121,6 +122,7 @@ class JobCluster:
                     containers=ContainerSettings(
                         engine=containers, cache_max_bytes=container_cache, pull=container_pull
                     ),
+                    run_users=run_users,
                 )
             )
             return w, asyncio.ensure_future(w.run())
