@@ -175,13 +175,26 @@ def bench_start_latency(client: JobsClient, runs: int) -> list[float]:
     return out
 
 
+# Per link of the last chain: (the previous job's end -> this one's start, as the server
+# recorded them: the dependency's release and the dispatch; start -> end: the worker
+# starting `true`, running it and reporting its end), in seconds.
+CHAIN_LINKS: list[tuple[float, float]] = []
+
+
 def bench_chain(client: JobsClient, length: int) -> float:
     t = time.perf_counter()
     prev = client.submit(["true"], **SMALL)
+    jobs = [prev]
     for _ in range(length - 1):
         prev = client.submit(["true"], deps=f"afterok:{prev}", **SMALL)
+        jobs.append(prev)
     _check(client, prev)
-    return time.perf_counter() - t
+    took = time.perf_counter() - t
+    times = [(info.raw["start_time"], info.raw["end_time"]) for info in map(client.show, jobs)]
+    CHAIN_LINKS[:] = [
+        (start - times[i - 1][1], end - start) for i, (start, end) in enumerate(times) if i
+    ]
+    return took
 
 
 def main() -> None:
@@ -248,6 +261,12 @@ def _small_cluster(args: argparse.Namespace) -> None:
             print(
                 f"chain of 20 afterok jobs, first submit to last completed: {med:5.3f} s"
                 f"  (runs: {', '.join(f'{r:.3f}' for r in runs)}; goal <= 0.4)"
+            )
+            gaps, spans = zip(*CHAIN_LINKS, strict=True)
+            print(
+                f"  per link of the last chain, medians: previous end -> start (release and "
+                f"dispatch) {statistics.median(gaps) * 1e3:.1f} ms, start -> end (the worker "
+                f"runs `true` and reports) {statistics.median(spans) * 1e3:.1f} ms"
             )
     finally:
         stop(procs)

@@ -11,9 +11,17 @@ Three cases, each run against both, printed with the ratio and the goal (issue 1
 Slurm is Debian's slurm-wlm: installed with apt-get where it is missing and this runs
 as root (`--no-install` to never install), then configured in a temp folder as one
 slurmctld and one slurmd on 127.0.0.1 with a munged of its own, 2 CPUs and 1 CPU per
-job, so both run 2 jobs at once (rbs: one worker with 2 job slots). Its scheduler is
-tuned for throughput (no minimum interval between passes, no batch delay, a deep
-queue). Where Slurm cannot start, its columns say why and rbs runs alone.
+job, so both run 2 jobs at once (rbs: one worker with 2 job slots). Where Slurm cannot
+start, its columns say why and rbs runs alone.
+
+Slurm is tuned as an admin tunes it for short jobs (docs/design/jobs.md, "Tuning the
+Slurm side"). The one setting that matters here is an `Epilog` (`/bin/true`): with one,
+slurmd reports each job's end (MESSAGE_EPILOG_COMPLETE) and slurmctld schedules at once;
+without one (Debian's default) the freed CPUs are seen only by the next periodic pass,
+about once a second, so an array ran at ~2.8 tasks/s and a chain took ~1 s per link.
+The rest: no minimum interval between scheduling passes and no batch delay, a deep
+queue, no accounting, proctrack/linuxproc and task/none (no cgroup set-up per job), the
+node's address given as 127.0.0.1 (no name lookups).
 
     .venv/bin/python bench/vs_slurm.py [--tasks 1000] [--chain 20] [--repeat 3]
                                        [--latency-runs 20] [--no-install] [--no-slurm]
@@ -126,6 +134,9 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
+# slurmd reports a job's end when its epilog is done, and that report runs the scheduler
+# at once; with no epilog, freed CPUs wait for the next periodic pass (~1 s).
+Epilog={epilog}
 MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
@@ -166,7 +177,11 @@ class Slurm:
         with open("/proc/meminfo") as f:
             kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal"))
         conf = SLURM_CONF.format(
-            dir=d, ctld_port=free_port(), d_port=free_port(), memory_mb=kib * 8 // 10 // 1024
+            dir=d,
+            ctld_port=free_port(),
+            d_port=free_port(),
+            memory_mb=kib * 8 // 10 // 1024,
+            epilog=shutil.which("true") or "/bin/true",
         )
         (d / "slurm.conf").write_text(conf)
         with open(d / "daemons.log", "wb") as log:
@@ -242,13 +257,21 @@ for i in $(seq 2 {middle}); do prev=$({submit} {dep}$prev {cmd}); done
 
 def chain_case(
     script: str, env: dict[str, str], end_file: Path, wait: Callable[[str], None]
-) -> float:
-    """Seconds from the start of the shell loop to the moment the last job wrote `end_file`."""
+) -> tuple[float, float]:
+    """Seconds from the start of the shell loop to the moment the last job wrote `end_file`,
+    and to the loop's end (its submits alone: what bounds a chain of short jobs when the
+    last job ends soon after)."""
     end_file.unlink(missing_ok=True)
     t = time.time()
     last = run(["bash", "-c", script], env)
+    looped = time.time() - t
     wait(last)
-    return float(end_file.read_text()) - t
+    return float(end_file.read_text()) - t, looped
+
+
+def chain_median(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    """The median chain time, and the median time of its shell loop alone."""
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
 def fmt_ratio(slurm: float | None, rbs: float) -> str:
@@ -287,7 +310,8 @@ def main() -> None:
             print(f"Slurm skipped: {why}")
         else:
             print(
-                f"Slurm: {run(['sbatch', '--version'], slurm.env)}, one node of 2 CPUs on 127.0.0.1"
+                f"Slurm: {run(['sbatch', '--version'], slurm.env)}, one node of 2 CPUs on "
+                "127.0.0.1; Epilog=true, sched_min_interval=0, batch_sched_delay=0"
             )
         procs, address = start_cluster(tmp, env, job_slots=2)
         rbs_env = {**env, "RBS_REMOTE": address}
@@ -332,7 +356,7 @@ def main() -> None:
         # 2. The chain, from a shell loop.
         end = tmp / "chain.end"
         stamp = f"sh -c 'date +%s.%N > {end}'"
-        s_chain = None
+        s_chain = s_loop = None
         if slurm is not None:
             s = slurm
             script = CHAIN.format(
@@ -343,8 +367,8 @@ def main() -> None:
                 cmd="--wrap true",
                 last=f'--wrap "date +%s.%N > {end}"',
             )
-            s_chain = statistics.median(
-                chain_case(script, s.env, end, s.wait) for _ in range(args.repeat)
+            s_chain, s_loop = chain_median(
+                [chain_case(script, s.env, end, s.wait) for _ in range(args.repeat)]
             )
         script = CHAIN.format(
             submit=" ".join(rbs) + " job submit",
@@ -354,8 +378,8 @@ def main() -> None:
             cmd="-- true",
             last=f"-- {stamp}",
         )
-        r_chain = statistics.median(
-            chain_case(script, rbs_env, end, rbs_wait) for _ in range(args.repeat)
+        r_chain, r_loop = chain_median(
+            [chain_case(script, rbs_env, end, rbs_wait) for _ in range(args.repeat)]
         )
         results.append(
             (
@@ -364,6 +388,15 @@ def main() -> None:
                 r_chain,
                 fmt_ratio(s_chain, r_chain),
                 "rbs >= 2x",
+            )
+        )
+        results.append(
+            (
+                "  of which the shell loop of submits (s)",
+                s_loop,
+                r_loop,
+                fmt_ratio(s_loop, r_loop),
+                "",
             )
         )
         print(f"chain done (load {load()})", flush=True)
