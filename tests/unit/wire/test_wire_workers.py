@@ -155,7 +155,6 @@ def _full() -> JobManifest:
         network="none",
         preemptible=True,
         interactive=True,
-        pty=True,
     )
 
 
@@ -171,7 +170,8 @@ def test_every_manifest_round_trips_through_the_wire(m: JobManifest) -> None:
 
 def test_manifests_with_every_field_set_round_trip() -> None:
     gang = _full()
-    # An array cannot also be a gang: the second manifest covers `array`.
+    # An array cannot also be a gang, nor a container job have a pty: the second manifest
+    # covers `array` and `pty`.
     array = dataclasses.replace(
         gang,
         elastic=False,
@@ -179,6 +179,9 @@ def test_manifests_with_every_field_set_round_trip() -> None:
         max_nodes=None,
         nodes=1,
         array=ArraySpec(ranges=((0, 9, 3), (20, 20, 1)), throttle=2),
+        container=None,
+        network="host",
+        pty=True,
     )
     default = JobManifest(name="x", command=("x",))
     off_default = {
