@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import os
 
+import pytest
+
 from rbs.executor.joblog import LineSplitter
 from rbs.executor.supervisor_pty import CrSplitter, PtyFeed, get_winsize, set_winsize, stdio
-from rbs.model import LogStream
+from rbs.model import JobManifest, LogStream
 
 
 def test_terminal_lines_lose_their_carriage_returns_and_the_raw_stream_keeps_them() -> None:
@@ -60,3 +62,11 @@ def test_the_feed_writes_to_the_terminal_resizes_it_and_sends_eof_as_ctrl_d() ->
         feed.close()
         os.close(master)
         os.close(slave)
+
+
+def test_a_manifest_asks_for_a_pty_only_with_interactive_and_no_container() -> None:
+    JobManifest(name="sh", command=("bash",), interactive=True, pty=True)
+    with pytest.raises(ValueError, match=r"--pty needs --interactive \(-i\)"):
+        JobManifest(name="sh", command=("bash",), pty=True)
+    with pytest.raises(ValueError, match="--pty does not work with --container"):
+        JobManifest(name="sh", command=("bash",), interactive=True, pty=True, container="x:1")
