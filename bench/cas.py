@@ -5,25 +5,29 @@ Prints medians of a few runs, with the machine's load average:
       the same file and an fsync'd sequential copy of it to the store's disk, both
       measured in the same run; goal: put_file at >= 0.8 x the slower of the two;
   (b) tree_from_path + store of 20,000 files of 4 KiB, in files per second;
-  (c) find_missing of 100,000 digests (half present) against a store of 1,000,000
-      blobs, with and without the FindMissing index (DiskStore(index=True)); goal
-      <= 0.2 s. The store is filled through a non-durable batch first (timed apart).
+  (c) find_missing of 100,000 digests (half present) against stores of 10,000 to
+      1,000,000 blobs, with and without the FindMissing index (DiskStore(index=True)),
+      cold (restarted, present blobs last used 2 h ago) and warm; goal <= 0.2 s at
+      1,000,000. The store is filled through non-durable batches (timed apart).
 
 Usage: python bench/cas.py [--dir DIR] [--runs N] [--big-mib N] [--files N]
-                           [--digests N] [--store-blobs N] [--only a,b,c]
+                           [--digests N] [--store-blobs N,N,...] [--only a,b,c]
 The work folder (default: a new folder under the system temp dir) is removed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import random
 import shutil
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import blake3
 
@@ -125,57 +129,96 @@ def blob(i: int) -> bytes:
     return i.to_bytes(8, "little")
 
 
-def fill(root: Path, n: int) -> list[Digest]:
-    """A store of `n` blobs of 8 bytes, written through non-durable batches."""
+def fill(root: Path, start: int, n: int) -> list[Digest]:
+    """Blobs `start` .. `n - 1` of 8 bytes, written through non-durable batches."""
     store = DiskStore(root, durable=False)
     t = time.perf_counter()
     digests: list[Digest] = []
-    for start in range(0, n, 50_000):
+    for at in range(start, n, 50_000):
         with store.batch() as b:
-            digests.extend(b.put(blob(i)) for i in range(start, min(n, start + 50_000)))
+            digests.extend(b.put(blob(i)) for i in range(at, min(n, at + 50_000)))
     took = time.perf_counter() - t
-    print(f"    filled a store of {n:,} blobs in {took:.1f} s ({n / took:,.0f} blobs/s)")
+    print(f"    filled the store up to {n:,} blobs in {took:.1f} s")
     return digests
 
 
-def bench_find_missing(work: Path, runs: int, n: int, store_blobs: int) -> None:
-    print(f"(c) find_missing of {n:,} digests, half present, against {store_blobs:,} blobs:")
+def log_slope(points: list[tuple[int, float]]) -> float:
+    """The least-squares slope of log(time) over log(size): 0 flat, 1 linear."""
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(max(t, 1e-6)) for _, t in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+
+
+def bench_find_missing(work: Path, runs: int, n: int, sizes: list[int]) -> None:
+    print(f"(c) find_missing of {n:,} digests (up to half present) at {len(sizes)} store sizes")
+    print("    cold: a restarted store whose present blobs were last used 2 h ago (each")
+    print("    answer also queues a touch, done by a background thread: 'touches');")
+    print("    warm: the same query again. Goal <= 0.2 s at 1,000,000 blobs.")
     root = work / "fm-store"
-    stored = fill(root, store_blobs)
-    step = max(1, len(stored) // (n // 2))
-    present = stored[::step][: n // 2]
-    absent = [Digest.of(b"absent %d" % i) for i in range(n - len(present))]
-    query = [d for pair in zip(present, absent, strict=False) for d in pair]
+    stored: list[Digest] = []
+    cold_points, warm_points = [], []
+    for size in sizes:
+        stored += fill(root, len(stored), size)
+        half = min(n // 2, len(stored))
+        step = max(1, len(stored) // half)
+        present = stored[::step][:half]
+        absent = [Digest.of(b"absent %d" % i) for i in range(n - len(present))]
+        query = [*present, *absent]
+        random.Random(size).shuffle(query)
+        want = set(absent)
+        paths = DiskStore(root)
 
-    def call(store: DiskStore) -> tuple[float, float]:
-        """(wall s, CPU s of this process) of one find_missing of the query."""
-        wall, cpu = time.perf_counter(), time.process_time()
-        assert store.find_missing(query) == absent
-        return time.perf_counter() - wall, time.process_time() - cpu
+        def call(store: DiskStore, query: list[Digest] = query, want: set[Digest] = want) -> Any:
+            return timed_query(store, query, want)
 
-    def median2(values: list[tuple[float, float]]) -> str:
-        walls, cpus = zip(*values, strict=True)
-        return f"{statistics.median(walls):.3f} s wall  {statistics.median(cpus):.3f} s CPU"
+        plain = [call(paths) for _ in range(runs)]
+        opens, cold, touches, warm = [], [], [], []
+        memory = 0
+        for _ in range(runs):
+            old = time.time() - 7200
+            for d in present:
+                os.utime(paths.path_of(d), (old, old))
+            t = time.perf_counter()
+            s = DiskStore(root, index=True)
+            assert s.index is not None and s.index.ready.wait(3600)
+            opens.append(time.perf_counter() - t)
+            cold.append(call(s))
+            t = time.perf_counter()
+            assert s.index.flush_touches(3600)
+            touches.append(time.perf_counter() - t + cold[-1][0])
+            warm.extend(call(s) for _ in range(runs))
+            memory = s.index.memory_bytes()
+            s.close()
+        cold_points.append((size, statistics.median(w for w, _ in cold)))
+        warm_points.append((size, statistics.median(w for w, _ in warm)))
+        print(f"    {size:>9,} blobs (median of {runs}; load {load()}):")
+        print(f"      no index: one stat per digest    {median2(plain)}")
+        print(f"      index, cold                      {median2(cold)}")
+        print(f"      index, warm                      {median2(warm)}")
+        print(f"      touches of the cold answer done  {statistics.median(touches):.3f} s after it")
+        print(f"      index built at open in           {statistics.median(opens):.2f} s wall")
+        print(f"      index memory                     {memory / 2**20:.1f} MiB")
+    print(f"    slope (time ~ blobs^slope): cold {log_slope(cold_points):.2f}, ", end="")
+    print(f"warm {log_slope(warm_points):.2f}")
 
-    plain = DiskStore(root)
-    plain_runs = [call(plain) for _ in range(runs)]
-    first = DiskStore(root, index=True)
-    first_run = call(first)
-    # Shards read (by a query of absent digests only), nothing seen within the minute:
-    # every present digest is confirmed with a stat.
-    cold = []
-    for _ in range(runs):
-        s = DiskStore(root, index=True)
-        s.find_missing(absent)
-        cold.append(call(s))
-    again = [call(first) for _ in range(runs)]
-    bitmaps = first.index.bitmap_bytes() if first.index is not None else 0
-    print(f"    (median of {runs}; load {load()})")
-    print(f"    no index: one stat per digest             {median2(plain_runs)}")
-    print(f"    index, first call (reads every shard)     {median2([first_run])}")
-    print(f"    index, present blobs not seen this minute {median2(cold)}")
-    print(f"    index, the same query again               {median2(again)}  (goal <= 0.2 s)")
-    print(f"    index memory: {bitmaps / 2**20:.1f} MiB of bitmaps for {store_blobs:,} blobs")
+
+def timed_query(store: DiskStore, query: list[Digest], want: set[Digest]) -> tuple[float, float]:
+    """(wall s, CPU s of this process) of one find_missing of the query, asked with
+    fresh hash strings as a parsed request has them (their Python hash not cached)."""
+    query = [Digest(function=d.function, hash=d.hash.encode().decode(), size=d.size) for d in query]
+    wall, cpu = time.perf_counter(), time.process_time()
+    got = store.find_missing(query)
+    took = time.perf_counter() - wall, time.process_time() - cpu
+    assert set(got) == want and len(got) == len(want)
+    return took
+
+
+def median2(values: list[tuple[float, float]]) -> str:
+    walls, cpus = zip(*values, strict=True)
+    return f"{statistics.median(walls):.3f} s wall  {statistics.median(cpus):.3f} s CPU"
 
 
 def main() -> None:
@@ -185,7 +228,11 @@ def main() -> None:
     p.add_argument("--big-mib", type=int, default=1024)
     p.add_argument("--files", type=int, default=20_000)
     p.add_argument("--digests", type=int, default=100_000)
-    p.add_argument("--store-blobs", type=int, default=1_000_000)
+    p.add_argument(
+        "--store-blobs",
+        default="10000,100000,300000,1000000",
+        help="store sizes for (c), comma-separated, ascending",
+    )
     p.add_argument("--only", default="a,b,c", help="which parts to run, e.g. a,c")
     args = p.parse_args()
     parts = set(args.only.split(","))
@@ -197,7 +244,8 @@ def main() -> None:
         if "b" in parts:
             bench_tree(work, args.runs, args.files)
         if "c" in parts:
-            bench_find_missing(work, args.runs, args.digests, args.store_blobs)
+            sizes = [int(x) for x in args.store_blobs.split(",")]
+            bench_find_missing(work, args.runs, args.digests, sizes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -39,8 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from rbs.cas import eviction, fileio, transfer
-from rbs.cas.diskbatch import BatchableStore, DiskBatch
+from rbs.cas import eviction, fileio, presence, transfer
+from rbs.cas.diskbatch import BatchableStore, DiskBatch, DiskWriter, make_exec_twin
 from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, StoreFull
 from rbs.cas.eviction import TOUCH_INTERVAL
 from rbs.cas.knowngood import KnownGood
@@ -58,48 +58,14 @@ SMALL_READ = 1 << 20
 _counter = itertools.count()
 
 
-class _DiskWriter(BlobWriter):
-    def __init__(self, store: DiskStore, expected: Digest) -> None:
-        super().__init__(expected)
-        self._store = store
-        self._fd: int | None
-        self._fd, self._tmp = store.new_temp(expected.hash)
-
-    def _write(self, data: bytes) -> None:
-        assert self._fd is not None, "write after commit or abort"
-        try:
-            fileio.write_all(self._fd, data)
-        except OSError as e:
-            self.abort()
-            raise self._store.os_error(e) from e
-
-    def _commit(self) -> None:
-        assert self._fd is not None, "commit after commit or abort"
-        fd, self._fd = self._fd, None
-        self._store.install(fd, self._tmp, self.expected)
-
-    def abort(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._tmp)
-
-    def __del__(self) -> None:
-        # A writer dropped without commit or abort (a client that went away) must not
-        # leak its descriptor or leave its temp file until the stale-temp sweep.
-        if getattr(self, "_fd", None) is not None:
-            with contextlib.suppress(OSError):
-                self.abort()
-
-
 class DiskStore(BatchableStore):
     """Blobs as files under `root`; see the module docstring for layout and guarantees.
 
     `max_size` bounds the store: when a write takes it over, least recently used blobs
     outside the lease are evicted down to 90% of it. `durable=False` skips fsync (for
     scratch stores whose loss on a crash does not matter). `index=True`: `find_missing`
-    answers from memory (rbs.cas.presence), for a store that one process writes.
+    answers from memory (rbs.cas.presence), for a store that one process owns; `close`
+    stops its threads.
     """
 
     def __init__(
@@ -138,7 +104,17 @@ class DiskStore(BatchableStore):
         self._gc_lock = threading.Lock()
         self._approx_size: int | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self.index = PresenceIndex(min(TOUCH_INTERVAL, lease)) if index else None
+        fresh = min(TOUCH_INTERVAL, lease)
+        self.index = (
+            PresenceIndex(str(self.root), self._blob_prefix, self._touch_path, fresh_s=fresh)
+            if index
+            else None
+        )
+
+    def close(self) -> None:
+        """Stop the index's threads (a store without an index holds none)."""
+        if self.index is not None:
+            self.index.close()
 
     # Paths and errors.
 
@@ -206,15 +182,18 @@ class DiskStore(BatchableStore):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise self.os_error(e) from e
-        if self.index is not None and final == self._path(digest):
-            self.index.added(final.rpartition("/")[0], digest.hash, digest.size, time.time())
+        if final == self._path(digest):
+            if self.index is not None:
+                self.index.added(digest.function, digest.hash, digest.size, time.time())
+            else:  # for an index another process holds on this store, if any
+                presence.journal(str(self.root), digest.function, digest.hash, digest.size)
         # The bytes were hashed on their way in: no need to hash them again to serve them.
         with contextlib.suppress(OSError):
             self.known.add(final, st or os.stat(final))
         self._added(digest.size)
 
     def writer(self, expected: Digest) -> BlobWriter:
-        return _DiskWriter(self, expected)
+        return DiskWriter(self, expected)
 
     def batch(self) -> Batch:
         return DiskBatch(self)
@@ -278,22 +257,31 @@ class DiskStore(BatchableStore):
         try:
             st = os.stat(path)
         except FileNotFoundError:
+            if self.index is not None:  # removed behind the store's back
+                self.index.removed(digest.function, digest.hash)
             return False
         if st.st_size != digest.size:
             self.quarantine(digest)
             return False
-        self._touch(path, st)
+        st = self._touch(path, st)
+        if self.index is not None:
+            self.index.added(digest.function, digest.hash, digest.size, st.st_mtime)
         return True
 
     def find_missing(self, digests: Iterable[Digest]) -> list[Digest]:
-        if self.index is not None:
-            return self.index.find_missing(digests, self._blob_prefix, self._present)
-        # The hot path of every FindMissingBlobs: one stat() per digest, no pathlib,
-        # and a touch only for blobs whose last recorded use is over a minute old.
+        if self.index is not None and self.index.ready.is_set():
+            return self.index.find_missing(digests)
+        return self.check_missing(digests)
+
+    def check_missing(self, digests: Iterable[Digest]) -> list[Digest]:
+        """`find_missing` by a stat of each blob, whatever the index holds: for an
+        answer a client acts on at once without a fallback (an action-cache hit)."""
+        # The hot path without an index: one stat() per digest, no pathlib, and a
+        # touch only for blobs whose last recorded use is over a minute old.
         seen: set[Digest] = set()
         missing = []
         stale_before = time.time() - TOUCH_INTERVAL
-        prefixes = self._blob_prefix
+        prefixes, index = self._blob_prefix, self.index
         for d in digests:
             if d.size == 0 or d in seen:
                 continue
@@ -304,13 +292,23 @@ class DiskStore(BatchableStore):
                 st = os.stat(path)
             except FileNotFoundError:
                 missing.append(d)
+                if index is not None:
+                    index.removed(d.function, h)
                 continue
             if st.st_size != d.size:
                 self.quarantine(d)
                 missing.append(d)
-            elif st.st_mtime < stale_before:
-                self._touch(path, st)
+                continue
+            if st.st_mtime < stale_before:
+                st = self._touch(path, st)
+            if index is not None:
+                index.added(d.function, h, d.size, st.st_mtime)
         return missing
+
+    def _touch_path(self, path: str) -> None:
+        """A use the index recorded, put on disk (from its touch thread)."""
+        with contextlib.suppress(FileNotFoundError):
+            self._touch(path, os.stat(path))
 
     def _touch(self, path: str, st: os.stat_result) -> os.stat_result:
         now = time.time()
@@ -331,6 +329,8 @@ class DiskStore(BatchableStore):
         try:
             f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by the returned reader)
         except FileNotFoundError:
+            if self.index is not None:
+                self.index.removed(digest.function, digest.hash)
             raise BlobNotFound(digest) from None
         try:
             data = self._verify_open(f, path, digest)
@@ -410,7 +410,7 @@ class DiskStore(BatchableStore):
             if not self._check_file(src, digest):
                 if not executable:
                     raise BlobNotFound(digest)
-                self._make_exec_twin(digest, src)
+                make_exec_twin(self, digest, src)
             try:
                 os.link(src, dest)
                 transfer.advance(digest.size)  # a copy (super's) reports as it goes
@@ -425,37 +425,32 @@ class DiskStore(BatchableStore):
                 break
         super().export_file(digest, dest, executable=executable, link=False)
 
-    def _make_exec_twin(self, digest: Digest, twin: str) -> None:
-        fd, tmp = self.new_temp("x" + digest.hash)
-        try:
-            with self.open(digest) as src:
-                while chunk := src.read(CHUNK):
-                    fileio.write_all(fd, chunk)
-            os.fchmod(fd, 0o555)
-            if self.durable:
-                os.fsync(fd)
-            st = os.fstat(fd)
-        except BaseException as e:
-            os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            if isinstance(e, OSError):
-                raise self.os_error(e) from e
-            raise
-        self.install(fd, tmp, digest, synced=True, st=st, final=twin)
-
     # Removal and eviction.
 
     def delete(self, digest: Digest) -> bool:
+        # Out of the index (or the journal of another process's) first: a lookup
+        # meanwhile reports it missing, never present once it is going.
+        self.evicting(digest.function, digest.hash, None)
         removed = False
         for p in (self._path(digest), self._exec_path(digest)):
             self.known.forget(p)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
                 removed = True
-        if self.index is not None:
-            self.index.removed(digest.hash)
+        self.evicted(digest.function, digest.hash, removed=True)
         return removed
+
+    def evicting(self, fn: DigestFunction, name: str, lease_from: float | None) -> bool:
+        """Before a blob is moved aside or removed: False keeps it (the index saw it used
+        at or after `lease_from`); see rbs.cas.presence."""
+        if self.index is not None:  # a lease of 0 promises nothing
+            return self.index.hide(fn, name, lease_from if self.lease > 0 else None)
+        presence.journal(str(self.root), fn, name)
+        return True
+
+    def evicted(self, fn: DigestFunction, name: str, *, removed: bool) -> None:
+        if self.index is not None:
+            self.index.unhide(fn, name, removed)
 
     def quarantine(self, digest: Digest) -> None:
         log.error("removing corrupt blob %s from %s", digest, self.root)
@@ -485,10 +480,9 @@ class DiskStore(BatchableStore):
         """Evict LRU blobs outside the lease until the store holds at most `target`
         bytes (default: `max_size`, default the store's bound)."""
         bound = max_size if max_size is not None else self.max_size
-        result = eviction.collect(self, bound if target is None else target)
         if self.index is not None:
-            self.index.forget_shards()
-        return result
+            self.index.flush_touches()  # the uses it recorded, on disk for the LRU order
+        return eviction.collect(self, bound if target is None else target)
 
     def stat(self) -> eviction.StoreStats:
         return eviction.stat(self)  # counts and sizes of what the store holds

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rbs.cas import fileio, transfer
-from rbs.cas.store import Batch, BlobStore, StrPath
+from rbs.cas.store import CHUNK, Batch, BlobStore, BlobWriter, StrPath
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction
 
 # With syncfs a group costs one sync however many files it holds; without it, each
@@ -54,6 +54,64 @@ class BatchableStore(BlobStore):
     @abstractmethod
     def os_error(self, e: OSError) -> Exception:
         """The store's error for an OSError (a full disk becomes StoreFull)."""
+
+
+class DiskWriter(BlobWriter):
+    """One blob streamed into a temp file of the store, installed at commit."""
+
+    def __init__(self, store: BatchableStore, expected: Digest) -> None:
+        super().__init__(expected)
+        self._store = store
+        self._fd: int | None
+        self._fd, self._tmp = store.new_temp(expected.hash)
+
+    def _write(self, data: bytes) -> None:
+        assert self._fd is not None, "write after commit or abort"
+        try:
+            fileio.write_all(self._fd, data)
+        except OSError as e:
+            self.abort()
+            raise self._store.os_error(e) from e
+
+    def _commit(self) -> None:
+        assert self._fd is not None, "commit after commit or abort"
+        fd, self._fd = self._fd, None
+        self._store.install(fd, self._tmp, self.expected)
+
+    def abort(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._tmp)
+
+    def __del__(self) -> None:
+        # A writer dropped without commit or abort (a client that went away) must not
+        # leak its descriptor or leave its temp file until the stale-temp sweep.
+        if getattr(self, "_fd", None) is not None:
+            with contextlib.suppress(OSError):
+                self.abort()
+
+
+def make_exec_twin(store: BatchableStore, digest: Digest, twin: str) -> None:
+    """Write the executable twin `twin` (0555) of a blob, from its verified bytes."""
+    fd, tmp = store.new_temp("x" + digest.hash)
+    try:
+        with store.open(digest) as src:
+            while chunk := src.read(CHUNK):
+                fileio.write_all(fd, chunk)
+        os.fchmod(fd, 0o555)
+        if store.durable:
+            os.fsync(fd)
+        st = os.fstat(fd)
+    except BaseException as e:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise store.os_error(e) from e
+        raise
+    store.install(fd, tmp, digest, synced=True, st=st, final=twin)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,15 @@ class Pinning(Protocol):
     def pinned(self) -> frozenset[str]: ...
 
 
+@runtime_checkable
+class Tracking(Protocol):
+    """A store that keeps track of its blobs besides the files (rbs.cas.presence):
+    told before a blob is moved aside, and after, whether it is gone."""
+
+    def evicting(self, fn: DigestFunction, name: str, lease_from: float | None) -> bool: ...
+    def evicted(self, fn: DigestFunction, name: str, *, removed: bool) -> None: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FunctionStats:
     """Blobs of one digest function."""
@@ -224,6 +233,9 @@ def _lru(e: _BlobEntry) -> float:
 def _evict(store: EvictableStore, e: _BlobEntry, lease_from: float | None) -> bool:
     """Remove one digest's files unless it was used since the scan (see the module
     docstring). Returns whether it was removed."""
+    track = store if isinstance(store, Tracking) else None
+    if track is not None and not track.evicting(e.function, e.name, lease_from):
+        return False
     hidden = []
     for path in e.paths:
         aside = f"{store.tmp_dir}/evict.{e.name[:16]}.{os.getpid()}.{next(_counter)}"
@@ -243,6 +255,8 @@ def _evict(store: EvictableStore, e: _BlobEntry, lease_from: float | None) -> bo
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(aside)
+    if track is not None:
+        track.evicted(e.function, e.name, removed=not (hidden and touched))
     return bool(hidden) and not touched
 
 

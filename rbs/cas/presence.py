@@ -1,186 +1,442 @@
-"""The FindMissing index of a disk store: which blobs are on disk, answered without a stat.
+"""The FindMissing index of a disk store: every blob on disk, answered from memory.
 
-`find_missing` of 100,000 digests costs 100,000 stat() calls without it (0.3-0.6 s
-here). With `DiskStore(index=True)` the store keeps, per shard folder
-(`blobs/<fn>/<hh>/`), a bitmap of the names in it: bit `int(name[2:10], 16) % bits`
-is set for every blob name there, with 32 to 128 bits per name (8 MB for a million
-blobs as first read). The bitmap is filled by one listdir the first time a lookup needs
-that shard, and updated by every write of this process. The store also remembers the
-blobs it found or stored within the last minute (`TOUCH_INTERVAL`, or the lease if
-shorter), with their size.
+`find_missing` of 100,000 digests costs 100,000 stat() calls without it (0.3-1 s here).
+With `DiskStore(index=True)` the store keeps, per digest function, a table of every
+blob under `blobs/<fn>/` with its size and last use, and answers from it alone:
 
-A lookup answers from memory in two cases only, and stats the file otherwise:
+- **Exact, per function.** A blob is keyed by its hash string's Python hash (64 bits,
+  computed in C and cached on the string) and confirmed by its first 32 bits and its
+  size, in an open-addressed table of parallel arrays (about 25 bytes a slot, 1.4 to 2.9
+  slots a blob). A BLAKE3 and a SHA256 blob of the same hex name are separate entries.
+  A false "present" needs a 96-bit match of two different hashes plus equal sizes.
+- **Built from the disk.** At open, a thread lists and stats every blob (one folder at
+  a time, under the index's lock) while `find_missing` still stats as without the
+  index; `ready` is set when the table holds the whole store. The same scan repeats
+  every `audit_s` seconds and drops entries whose file is gone, so a blob removed by
+  hand (not through rbs) is reported present for at most that long.
+- **Kept by the store.** Every write, delete and quarantine of this store updates it;
+  so does a lookup that stats (`contains`, `open`, `check_missing`) and finds the
+  disk disagreeing. Eviction asks `hide` before it moves a blob aside, which refuses
+  a blob this index saw used within the lease, and `unhide` when it puts one back.
+- **Other rbs processes** on the same folder (`rbs cas gc`, `rbs cas verify`, `rbs cas
+  put --store`) journal what they do: while an index is open it leaves `INDEXED` in the
+  store root, and a store without an index appends a line to `JOURNAL` (`<fn> <hash>`
+  *before* it removes a blob, `<fn> <hash> <size>` after it wrote one). Each
+  `find_missing` first reads what was appended since (one stat when nothing was): a
+  removal drops the entry whatever the disk says, a write is added if its file is
+  there. Such a blob is never reported present after its removal began.
+- **Use tracking.** A blob's mtime is its last use (rbs.cas.disk). The index keeps the
+  last use it knows per blob; a present blob whose last use is over `fresh_s` old is
+  touched on disk by a background thread (the answer does not wait for it), and its
+  in-memory use is set at once, so the store's own eviction (`hide`) honours it even
+  before the touch lands. Another process's `rbs cas gc` sees only mtimes: a blob
+  reported present in the milliseconds before its touch lands can be evicted by it,
+  and the journal then makes the next lookup report it missing.
 
-- the name's bit is clear: no blob of that name is in the folder, so it is missing;
-- the blob was found or stored by this process within the last minute with this size:
-  it is present, and the lease (a blob used within it is never evicted, by any
-  process) keeps it there.
-
-A set bit (the blob, or another name on the same bit: about 1 in 32) is confirmed
-with a stat, as without the index, and the blob is then remembered for a minute. So
-a blob removed by any process is never reported present beyond that minute's lease
-guarantee. Bits are never cleared on removal (another name may share them); an
-eviction pass re-reads the shards (`forget_shards`). What the index does not see is
-a blob that another process writes into the same store: until this process writes or
-finds it, or re-reads the shard, it is reported missing, which costs the client an
-upload the store then takes as already present. That is why the index is for a store
-that one process writes, such as a server's.
+Blobs written into the folder by something other than rbs are reported missing until
+this store stats them or the next audit; that costs a client one upload, which the
+store then takes as already present. The index is for a store one process owns, such
+as a server's (docs/design/cas.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from rbs.model import Digest, DigestFunction
 
-# At least this many bits per name in a shard's bitmap, and at least this many bits.
-BITS_PER_NAME = 32
-MIN_BITS = 1 << 12
+# Marker and journal files in the store root (see the module docstring).
+INDEXED = "indexed"
+JOURNAL = "journal"
+AUDIT_INTERVAL = 900.0
+# A str's hash is never -1 (CPython reserves it), so -1 marks an empty slot.
+_EMPTY = -1
+# Sizes of empty slots and of removed entries (tombstones, which probing walks past).
+_NONE = -1
+_GONE = -2
+_MIN_SLOTS = 1 << 10
 
 
-class _Shard:
-    """The bitmap of one shard folder's names."""
+class _Table:
+    """Open addressing with linear probing over parallel arrays; see the module docstring."""
 
-    __slots__ = ("bits", "capacity", "mask", "names")
+    __slots__ = ("checks", "filled", "keys", "live", "marks", "mask", "sizes", "used")
 
-    def __init__(self, names: list[str]) -> None:
-        size = MIN_BITS
-        while size < BITS_PER_NAME * 2 * max(1, len(names)):
-            size *= 2
-        self.mask = size - 1
-        self.bits = bytearray(size // 8)
-        self.names = 0
-        self.capacity = size // BITS_PER_NAME
-        for n in names:
-            if _is_name(n):
-                self.add(n)
+    def __init__(self, slots: int) -> None:
+        self.mask = slots - 1
+        self.keys = array("q", [_EMPTY]) * slots
+        self.sizes = array("q", [_NONE]) * slots
+        self.checks = array("I", [0]) * slots
+        self.used = array("I", [0]) * slots
+        self.marks = bytearray(slots)
+        self.live = 0
+        self.filled = 0  # live entries and tombstones
 
-    def add(self, name: str) -> None:
-        k = int(name[2:10], 16) & self.mask
-        self.bits[k >> 3] |= 1 << (k & 7)
-        self.names += 1
+    def slot(self, name: str) -> int:
+        """The slot holding the blob `name` (any size), or -1."""
+        k = hash(name)
+        keys, sizes, mask = self.keys, self.sizes, self.mask
+        i = k & mask
+        check = -1
+        while (kk := keys[i]) != _EMPTY:
+            if kk == k and sizes[i] >= 0:
+                if check < 0:
+                    check = int(name[:8], 16)
+                if self.checks[i] == check:
+                    return i
+            i = (i + 1) & mask
+        return -1
 
-    def may_hold(self, name: str) -> bool:
-        k = int(name[2:10], 16) & self.mask
-        return bool(self.bits[k >> 3] >> (k & 7) & 1)
+    def put(self, name: str, size: int, used: int, mark: int) -> None:
+        i = self.slot(name)
+        if i >= 0:
+            self.sizes[i] = size
+            self.used[i] = max(self.used[i], used)
+            self.marks[i] = mark
+            return
+        if (self.filled + 1) * 2 > self.mask + 1:  # at most half full
+            raise _Full
+        k = hash(name)
+        keys, mask = self.keys, self.mask
+        i = k & mask
+        while keys[i] != _EMPTY and self.sizes[i] != _GONE:
+            i = (i + 1) & mask
+        if keys[i] == _EMPTY:
+            self.filled += 1
+        keys[i] = k
+        self.sizes[i] = size
+        self.checks[i] = int(name[:8], 16)
+        self.used[i] = used
+        self.marks[i] = mark
+        self.live += 1
+
+    def drop(self, i: int) -> tuple[int, int]:
+        """Remove slot `i`'s entry (a tombstone); returns its (size, used)."""
+        size, used = self.sizes[i], self.used[i]
+        self.sizes[i] = _GONE
+        self.live -= 1
+        return size, used
+
+    def entries(self) -> Iterator[tuple[int, int, int, int, int]]:
+        """(key, check, size, used, mark) of every live entry."""
+        sizes = self.sizes
+        for i in range(self.mask + 1):
+            if sizes[i] >= 0:
+                yield self.keys[i], self.checks[i], sizes[i], self.used[i], self.marks[i]
+
+
+class _Full(Exception):
+    """The table must grow before it takes another entry."""
+
+
+def _regrown(t: _Table) -> _Table:
+    slots = t.mask + 1
+    while t.live * 4 > slots:  # at most a quarter full afterwards
+        slots *= 2
+    new = _Table(max(_MIN_SLOTS, slots))
+    keys, sizes, mask = new.keys, new.sizes, new.mask
+    for k, check, size, used, mark in t.entries():
+        i = k & mask
+        while keys[i] != _EMPTY:
+            i = (i + 1) & mask
+        keys[i], sizes[i], new.checks[i], new.used[i], new.marks[i] = k, size, check, used, mark
+    new.live = new.filled = t.live
+    return new
 
 
 class PresenceIndex:
-    """Name bitmaps per shard folder, and the blobs used within `fresh_s` seconds."""
+    """Every blob of a disk store, per digest function; see the module docstring.
 
-    def __init__(self, fresh_s: float) -> None:
-        self.fresh_s = fresh_s
-        self._shards: dict[str, _Shard] = {}
-        # hash -> (size, time it was last found or stored, as time.time()).
-        self._recent: dict[str, tuple[int, float]] = {}
-        self._prune_at = 1 << 16
-        self._lock = threading.Lock()
+    `prefixes` are the store's blob folders (`<root>/blobs/<fn>/`); `touch(path)` records
+    a use on disk (the store's throttled touch), called from a background thread."""
 
-    def find_missing(
+    def __init__(
         self,
-        digests: Iterable[Digest],
+        root: str,
         prefixes: Mapping[DigestFunction, str],
-        present: Callable[[str, Digest], bool],
-    ) -> list[Digest]:
-        """The digests not in the store whose blob folders are `prefixes` (`<fn dir>/`).
+        touch: Callable[[str], None],
+        *,
+        fresh_s: float,
+        audit_s: float = AUDIT_INTERVAL,
+    ) -> None:
+        self.fresh_s = fresh_s
+        self.audit_s = audit_s
+        self.ready = threading.Event()
+        self._prefixes = dict(prefixes)
+        self._tables = {fn: _Table(_MIN_SLOTS) for fn in DigestFunction}
+        self._hidden: dict[tuple[DigestFunction, str], tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        self._mark = 1
+        self._closed = threading.Event()
+        self._journal = f"{root}/{JOURNAL}"
+        self._journal_lock = threading.Lock()
+        # Entries from before this open (up to `_replay_until`) are dropped only if the
+        # file is gone by the time they are read: the blob may have been stored again.
+        self._journal_at, self._replay_until = _journal_start(self._journal)
+        self._marker = f"{root}/{INDEXED}"
+        self._touch = touch
+        self._touches: list[str] = []
+        self._touch_wake = threading.Condition(self._lock)
+        self._touching = 0
+        with open(self._marker, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        self._threads = [
+            threading.Thread(target=self._audit_loop, name="rbs-cas-index", daemon=True),
+            threading.Thread(target=self._touch_loop, name="rbs-cas-touch", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
-        `present(path, digest)` is the store's own check, run where the index cannot
-        answer: a stat, a size check (a wrong size removes the blob) and a touch."""
-        missing = []
-        now = time.time()
-        fresh_after = now - self.fresh_s
-        recent = self._recent
-        shards: dict[str, _Shard] = {}
-        fn: DigestFunction | None = None
-        prefix = ""
-        for d in digests:
-            h, size = d.hash, d.size
-            if size == 0:
-                continue
-            seen = recent.get(h)
-            if seen is not None and seen[0] == size and seen[1] >= fresh_after:
-                continue
-            if d.function is not fn:  # an enum's hash is Python code: look up on change only
-                fn = d.function
-                prefix = prefixes[fn]
-            folder = prefix + h[:2]
-            shard = shards.get(folder)
-            if shard is None:
-                shard = shards[folder] = self.shard(folder)
-            if not shard.may_hold(h):
-                missing.append(d)
-            elif present(f"{folder}/{h}", d):
-                self.used(h, size, now)
-            else:
-                recent.pop(h, None)
-                missing.append(d)
-        # A digest asked twice is reported once, in the order asked.
+    # Lookups.
+
+    def find_missing(self, digests: Iterable[Digest]) -> list[Digest]:
+        """The digests not in the store, each once, in the order asked (index ready)."""
+        self._read_journal()
+        missing: list[Digest] = []
+        now = int(time.time()) + 1
+        stale = now - self.fresh_s
+        touches: list[str] = []
+        with self._lock:
+            fn: DigestFunction | None = None
+            t = self._tables[DigestFunction.BLAKE3]
+            keys, sizes, checks, used, mask = t.keys, t.sizes, t.checks, t.used, t.mask
+            prefix = ""
+            for d in digests:
+                size = d.size
+                if size == 0:
+                    continue
+                if d.function is not fn:  # an enum's hash is Python code: look up on change
+                    fn = d.function
+                    t = self._tables[fn]
+                    keys, sizes, checks, used, mask = t.keys, t.sizes, t.checks, t.used, t.mask
+                    prefix = self._prefixes[fn]
+                h = d.hash
+                k = hash(h)
+                i = k & mask
+                while (kk := keys[i]) != k or sizes[i] != size or checks[i] != int(h[:8], 16):
+                    if kk == -1:  # _EMPTY, as a constant: this loop is the hot path
+                        i = -1
+                        break
+                    i = (i + 1) & mask
+                if i < 0:
+                    missing.append(d)
+                elif used[i] < stale:
+                    used[i] = now
+                    touches.append(f"{prefix}{h[:2]}/{h}")
+            if touches:
+                self._touches.extend(touches)
+                self._touch_wake.notify()
         if len({d.hash for d in missing}) < len(missing):
             missing = list(dict.fromkeys(missing))
         return missing
 
-    def shard(self, folder: str) -> _Shard:
-        """The bitmap of the blob names in `folder`, read on first use."""
-        shard = self._shards.get(folder)
-        if shard is not None:
-            return shard
-        # Under the lock: a blob renamed into the folder after the listdir is added by
-        # its writer's `added`, which waits for the bitmap to exist.
+    def holds(self, digest: Digest) -> bool:
+        """Whether the index has the blob with this size (for tests and the audit)."""
         with self._lock:
-            shard = self._shards.get(folder)
-            if shard is None:
+            t = self._tables[digest.function]
+            i = t.slot(digest.hash)
+            return i >= 0 and t.sizes[i] == digest.size
+
+    # What the store tells it.
+
+    def added(self, fn: DigestFunction, name: str, size: int, when: float) -> None:
+        """A blob of this store is on disk with `size`, used at `when` (a write, a stat)."""
+        with self._lock:
+            self._put(fn, name, size, int(when) + 1)
+
+    def removed(self, fn: DigestFunction, name: str) -> None:
+        """A blob of this store is gone, or about to go."""
+        with self._lock:
+            t = self._tables[fn]
+            i = t.slot(name)
+            if i >= 0:
+                t.drop(i)
+
+    def hide(self, fn: DigestFunction, name: str, lease_from: float | None) -> bool:
+        """Before eviction moves a blob aside: False (kept) if used at or after
+        `lease_from` as this index knows; else it is out of the index until `unhide`."""
+        with self._lock:
+            t = self._tables[fn]
+            i = t.slot(name)
+            if i < 0:
+                return True
+            if lease_from is not None and t.used[i] >= lease_from:
+                return False
+            self._hidden[(fn, name)] = t.drop(i)
+            return True
+
+    def unhide(self, fn: DigestFunction, name: str, evicted: bool) -> None:
+        """Eviction is done with a hidden blob: back into the index unless evicted."""
+        with self._lock:
+            entry = self._hidden.pop((fn, name), None)
+            if entry is not None and not evicted:
+                self._put(fn, name, entry[0], entry[1])
+
+    def _put(self, fn: DigestFunction, name: str, size: int, used: int) -> None:
+        t = self._tables[fn]
+        try:
+            t.put(name, size, used, self._mark)
+        except _Full:
+            t = self._tables[fn] = _regrown(t)
+            t.put(name, size, used, self._mark)
+
+    def _read_journal(self) -> None:
+        """Apply the removals other processes journalled since the last read."""
+        with self._journal_lock:
+            try:
+                if os.stat(self._journal).st_size <= self._journal_at:
+                    return
+                with open(self._journal, "rb") as f:
+                    f.seek(self._journal_at)
+                    data = f.read()
+            except FileNotFoundError:
+                return
+            whole = data.rfind(b"\n") + 1  # a line being appended is read next time
+            at, self._journal_at = self._journal_at, self._journal_at + whole
+        for line in data[:whole].decode("ascii", "replace").splitlines(keepends=True):
+            at += len(line)
+            with contextlib.suppress(ValueError, IndexError):
+                fn_name, name, *added = line.split()
+                fn = DigestFunction(fn_name)
+                if not added and at > self._replay_until:
+                    self.removed(fn, name)  # about to go: at once, whatever the disk says
+                    continue
+                # A write (or a removal from before this open): as the disk has it now.
                 try:
-                    names = os.listdir(folder)
+                    st = os.stat(f"{self._prefixes[fn]}{name[:2]}/{name}")
                 except FileNotFoundError:
-                    names = []
-                shard = self._shards[folder] = _Shard(names)
-        return shard
+                    self.removed(fn, name)
+                    continue
+                if added:
+                    self.added(fn, name, st.st_size, st.st_mtime)
 
-    def used(self, hash_hex: str, size: int, when: float) -> None:
-        """Remember that the blob is present with `size`, as of `when`."""
-        recent = self._recent
-        recent[hash_hex] = (size, when)
-        if len(recent) > self._prune_at:
+    # The scan, the audit and the touches.
+
+    def _audit_loop(self) -> None:
+        while not self._closed.is_set():
+            # A folder that vanished mid-scan is seen by the next audit.
+            with contextlib.suppress(OSError):
+                self.audit()
+            self.ready.set()
+            self._closed.wait(self.audit_s)
+
+    def audit(self) -> None:
+        """Make the index what is on disk: every blob listed and stat'd, entries whose
+        file is gone dropped. Safe while the store is in use (see the module docstring)."""
+        with self._lock:
+            self._mark = self._mark % 255 + 1
+            mark = self._mark
+        for fn, prefix in self._prefixes.items():
+            try:
+                with os.scandir(prefix) as top:
+                    folders = sorted(e.path for e in top if e.is_dir(follow_symlinks=False))
+            except FileNotFoundError:
+                continue
+            for folder in folders:
+                if self._closed.is_set():
+                    return
+                # Under the lock from the listing to the update: a write or removal
+                # racing the scan updates the index after it, never before it.
+                with self._lock:
+                    for name, size, mtime in _listing(folder):
+                        self._put(fn, name, size, int(mtime))
+        self._sweep(mark)
+
+    def _sweep(self, mark: int) -> None:
+        """Drop every entry the last scan did not find or nothing put since."""
+        for fn in DigestFunction:
             with self._lock:
-                cutoff = when - self.fresh_s
-                for h in [h for h, (_, t) in recent.items() if t < cutoff]:
-                    recent.pop(h, None)
-                self._prune_at = max(1 << 16, 2 * len(recent))
+                t = self._tables[fn]
+                for i in range(t.mask + 1):
+                    if t.sizes[i] >= 0 and t.marks[i] != mark:
+                        t.drop(i)
 
-    def added(self, folder: str, hash_hex: str, size: int, when: float) -> None:
-        """A blob this process just installed under `folder`."""
+    def _touch_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._touches and not self._closed.is_set():
+                    self._touch_wake.wait()
+                batch, self._touches = self._touches, []
+                self._touching = len(batch)
+                if not batch and self._closed.is_set():
+                    return
+            for path in batch:
+                self._touch(path)
+            with self._lock:
+                self._touching = 0
+                self._touch_wake.notify_all()
+
+    def flush_touches(self, timeout: float = 60.0) -> bool:
+        """Wait until every queued touch is on disk (before an eviction pass)."""
+        deadline = time.monotonic() + timeout
         with self._lock:
-            shard = self._shards.get(folder)
-            if shard is not None:
-                shard.add(hash_hex)
-                if shard.names > shard.capacity:  # too full: read again, with more bits
-                    del self._shards[folder]
-        self.used(hash_hex, size, when)
+            while self._touches or self._touching:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._touch_wake.wait(left)
+        return True
 
-    def removed(self, hash_hex: str) -> None:
-        """A blob this process removed: no longer remembered as present."""
-        self._recent.pop(hash_hex, None)
+    def memory_bytes(self) -> int:
+        """What the tables take, in bytes."""
+        return sum(25 * (t.mask + 1) for t in self._tables.values())
 
-    def bitmap_bytes(self) -> int:
-        """The memory the shard bitmaps take, in bytes."""
-        return sum(len(shard.bits) for shard in list(self._shards.values()))
+    def __len__(self) -> int:
+        return sum(t.live for t in self._tables.values())
 
-    def forget_shards(self) -> None:
-        """Read every shard again on its next lookup: after an eviction pass (which
-        moves blobs aside and back without telling the index), or to see what other
-        processes wrote."""
+    def close(self) -> None:
+        """Stop the threads and take the marker away (other processes stop journalling)."""
+        self._closed.set()
         with self._lock:
-            self._shards.clear()
+            self._touch_wake.notify_all()
+        for t in self._threads:
+            t.join(timeout=10)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._marker)
 
 
-def _is_name(name: str) -> bool:
-    if len(name) < 10:
-        return False
+def _listing(folder: str) -> Iterator[tuple[str, int, float]]:
+    """(name, size, mtime) of every blob file in one shard folder."""
+    with os.scandir(folder) as files:
+        for f in files:
+            if len(f.name) < 8:
+                continue
+            try:
+                st = f.stat(follow_symlinks=False)
+                int(f.name[:8], 16)
+            except (FileNotFoundError, ValueError):
+                continue
+            yield f.name, st.st_size, st.st_mtime
+
+
+def _journal_start(path: str) -> tuple[int, int]:
+    """Where to start reading the journal: its last 64 KiB again (a removal journalled
+    just before this open may not have reached the disk when the scan looked), or from
+    the start of a fresh one when it has grown past 8 MiB. Returns (start, end of what
+    was there)."""
     try:
-        int(name[2:10], 16)
-    except ValueError:
-        return False
-    return True
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return 0, 0
+    if size > 8 << 20:
+        os.truncate(path, 0)
+        return 0, 0
+    return max(0, size - (64 << 10)), size
+
+
+def journal(root: str, fn: DigestFunction, name: str, size: int | None = None) -> None:
+    """Note for an open index (another process's) that a blob of `root` is about to go
+    (`size` None) or was just written; nothing when no index is open on it."""
+    if not os.path.exists(f"{root}/{INDEXED}"):
+        return
+    line = f"{fn.value} {name}\n" if size is None else f"{fn.value} {name} {size}\n"
+    fd = os.open(f"{root}/{JOURNAL}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)

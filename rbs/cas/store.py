@@ -149,6 +149,11 @@ class BlobStore(ABC):
                 missing.append(d)
         return missing
 
+    def check_missing(self, digests: Iterable[Digest]) -> list[Digest]:
+        """`find_missing` checked at the source, for an answer a client acts on with no
+        fallback (an action-cache hit); a store with an index looks past it."""
+        return self.find_missing(digests)
+
     def open(self, digest: Digest) -> BinaryIO:
         if digest.size == 0:
             return io.BytesIO(b"")

@@ -53,7 +53,9 @@ class ActionCache:
     def missing_outputs(self, result: re_pb2.ActionResult, fn: DigestFunction) -> list[Digest]:
         """Blobs the result names that are not in the CAS (including inside output trees)."""
         named = list(action_result_digests(result, fn))
-        missing = self.store.find_missing(named)
+        # Checked on disk, not by the FindMissing index: a hit must never name a blob
+        # removed behind the store's back (docs/design/cas.md).
+        missing = self.store.check_missing(named)
         if missing:
             return missing
         inner: list[Digest] = []
@@ -66,7 +68,7 @@ class ActionCache:
             except (BlobNotFound, CorruptBlob):
                 return [tree_digest]
             inner.extend(tree_file_digests(tree, fn))
-        return self.store.find_missing(inner)
+        return self.store.check_missing(inner)
 
     def stored(self, instance: str, action: Digest) -> re_pb2.ActionResult:
         """The stored result, complete or not; NotFound when there is none."""

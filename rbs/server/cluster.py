@@ -70,19 +70,19 @@ def pick_port_pair(host: str, tries: int = 50) -> int:
     raise OSError(f"found no two adjacent free ports on {host} in {tries} tries")
 
 
-def open_store(config: Config) -> BlobStore:
+def open_store(config: Config) -> CountingDiskStore:
     """The server's CAS under the data dir, bounded by `[cas] max_size` when set.
 
     With a bound, every write that takes the store over it evicts least recently used
     blobs outside the lease (`[cas] lease`, 3 h); the action cache drops results whose
-    outputs went. FindMissingBlobs stats each blob: the store's presence index
-    (docs/design/cas.md) is not used here, as it reported blobs removed behind the
-    server's back, and blobs of another digest function, as present.
+    outputs went. FindMissingBlobs answers from the store's presence index
+    (rbs.cas.presence, docs/design/cas.md): the server owns this folder.
     """
     store = CountingDiskStore(  # a DiskStore that counts lookups and evictions (/metrics)
         config.server.data_dir / "cas",
         max_size=config.cas.max_size,
         lease=config.cas.lease,
+        index=True,
     )
     swept = store.sweep_tmp()
     if swept:
@@ -199,6 +199,7 @@ async def start_cluster(
     async with contextlib.AsyncExitStack() as stack:
         instances = Instances(config.server.instance_names, config.server.digest_functions)
         store = open_store(config)
+        stack.callback(store.close)
         results = ActionResultStore(data_dir / "action_cache.db")
         stack.callback(results.close)
         action_cache = ActionCache(store, results)

@@ -16,7 +16,7 @@ from rbs.cas.verify import VerifyingStore
 BACKENDS: dict[str, Callable[[Path], BlobStore]] = {
     "memory": lambda tmp: MemoryStore(),
     "disk": lambda tmp: DiskStore(tmp / "store"),
-    "indexed-disk": lambda tmp: DiskStore(tmp / "store", index=True),
+    "indexed-disk": lambda tmp: _indexed(tmp / "store"),
     "verifying-memory": lambda tmp: VerifyingStore(MemoryStore()),
     "verifying-disk": lambda tmp: VerifyingStore(DiskStore(tmp / "store")),
     "twolevel-memory": lambda tmp: TwoLevelStore(MemoryStore(), MemoryStore()),
@@ -24,9 +24,19 @@ BACKENDS: dict[str, Callable[[Path], BlobStore]] = {
 }
 
 
+def _indexed(root: Path) -> DiskStore:
+    """A disk store whose FindMissing index has read the store (so it answers)."""
+    store = DiskStore(root, index=True)
+    assert store.index is not None and store.index.ready.wait(60), "index never ready"
+    return store
+
+
 @pytest.fixture(params=sorted(BACKENDS))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BlobStore]:
-    yield BACKENDS[request.param](tmp_path)
+    s = BACKENDS[request.param](tmp_path)
+    yield s
+    if isinstance(s, DiskStore):
+        s.close()
 
 
 @pytest.fixture

@@ -31,18 +31,25 @@ def test_evictions_count_what_gc_removed(tmp_path: Path) -> None:
     assert store.stat().total_bytes <= 3000
 
 
-def test_the_server_store_stats_each_blob_without_the_index(tmp_path: Path) -> None:
-    # The presence index took blobs removed behind the server's back, and blobs of
-    # another digest function, as present: the server's store does not use it.
+def test_the_server_store_answers_from_its_index(tmp_path: Path) -> None:
     store = open_store(config_from_dict({"server": {"data_dir": str(tmp_path)}}))
-    assert isinstance(store, CountingDiskStore) and store.index is None
+    try:
+        assert isinstance(store, CountingDiskStore) and store.index is not None
+        assert store.index.ready.wait(60)
+        held = store.put(b"held")
+        twin = Digest(function=DigestFunction.SHA256, hash=held.hash, size=held.size)
+        assert store.find_missing([held, twin]) == [twin]  # per digest function
+        CountingDiskStore(tmp_path / "cas").delete(held)  # `rbs cas gc` by hand, say
+        assert store.find_missing([held]) == [held]
+    finally:
+        store.close()
 
 
 def test_a_counting_store_with_the_index_counts_by_hash_strings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = CountingDiskStore(tmp_path / "cas", index=True)
-    assert store.index is not None
+    assert store.index is not None and store.index.ready.wait(60)
     held = store.put(b"held")
     absent = Digest.of(b"absent", DigestFunction.SHA256)
     other = Digest.of(b"other", DigestFunction.SHA256)
