@@ -168,6 +168,26 @@ def test_pty_bash_in_tmux(home: Path, tmp_path: Path) -> None:
     assert "alive-2" in r.stdout.splitlines() and "back-5" in r.stdout.splitlines()
 
 
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (make system-deps)")
+def test_tilde_c_cancels_the_job(home: Path, tmp_path: Path) -> None:
+    env = CLUSTER.env(home) | {"TERM": "xterm", "PS1": "outer$ "}
+    tmux = Tmux(tmp_path / "tmux.sock", env)
+    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", "bash --norc --noprofile")
+    try:
+        tmux.type(f"cd {shlex.quote(str(home))}")
+        tmux.type(f"{RBS} job submit -i --pty -- bash --norc --noprofile; echo client-exit=$?")
+        job = tmux.wait_for(r"^rbs: job (\d+)$").group(1)
+        tmux.type("echo up-$((4+4))")
+        tmux.wait_for(r"^up-8$")
+        tmux.type("~C", enter=False)  # at the start of a line: the last key was Enter
+        tmux.wait_for(rf"rbs: cancelling job {job}")
+        tmux.wait_for(r"^client-exit=122$")  # CANCELLED (README: Exit codes)
+    finally:
+        subprocess.run([*tmux.base, "kill-server"], env=env, capture_output=True, timeout=30)
+    r = CLUSTER.rbs(home, "job", "show", job)
+    assert "CANCELLED" in r.stdout, r.stdout
+
+
 def test_pty_without_a_terminal_is_refused_naming_the_flag(home: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "rbs", "job", "submit", "-i", "--pty", "--", "bash"],
