@@ -202,8 +202,11 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def replay(jobs: int, workers: int, load: float, fifo: bool, progress: float = 0.0) -> Result:
-    """One run; with `progress` > 0, a progress line every that many seconds (stderr)."""
+def replay(
+    jobs: int, workers: int, load: float, fifo: bool, progress: float = 0.0, quantum: float = 0.0
+) -> Result:
+    """One run; with `progress` > 0, a progress line every that many seconds (stderr);
+    with `quantum` > 0, events within one quantum of simulated time make one batch."""
     config = SchedulerConfig(heartbeat_timeout=1e12, pass_depth=1 if fifo else 100)
     # Ended jobs leave the core's memory, as in the server (`rbs remote serve`).
     sched = TimedScheduler(config, forget_ended=True)
@@ -215,6 +218,7 @@ def replay(jobs: int, workers: int, load: float, fifo: bool, progress: float = 0
     label = "fifo" if fifo else "backfill"
     t_begin = time.perf_counter()
     next_report = [t_begin + progress]
+    last = [0, 0.0]  # starts and core time at the last progress line
 
     def behaviour(start: Start) -> Outcome:
         return Outcome(duration=w.runtimes[start.run.job_id - 1])
@@ -229,17 +233,22 @@ def replay(jobs: int, workers: int, load: float, fifo: bool, progress: float = 0
                 started_at[ins.run.job_id - 1] = now
         if progress > 0 and time.perf_counter() >= next_report[0]:
             next_report[0] = time.perf_counter() + progress
+            recent = (sched.starts - last[0]) / max(sched.core_time - last[1], 1e-9)
+            last[:] = [sched.starts, sched.core_time]
             print(
                 f"  [{label} {jobs:,}/{workers:,}] {time.perf_counter() - t_begin:,.0f} s: "
                 f"sim {now / 3600:.1f} h, {len(submitted):,} submitted, {len(waits):,} started, "
                 f"{len(submitted) - len(waits):,} waiting; "
-                f"{sched.starts / max(sched.core_time, 1e-9):,.0f} decisions/s of core time; "
+                f"{sched.starts / max(sched.core_time, 1e-9):,.0f} decisions/s of core time "
+                f"({recent:,.0f} since the last line); "
                 f"max RSS {_rss_mib():,.0f} MiB",
                 file=sys.stderr,
                 flush=True,
             )
 
-    sim = Simulator(sched, behaviour, tick=30.0, heartbeat=None, record_tasks=False)
+    sim = Simulator(
+        sched, behaviour, tick=30.0, heartbeat=None, record_tasks=False, quantum=quantum
+    )
     sim.on_instructions = record
     sched.handle_many(workers_up(workers), 0.0)
     sim.feed(arrivals)
@@ -379,6 +388,14 @@ def main() -> None:
         metavar="SECONDS",
         help="a progress line on stderr every SECONDS of a replay (0: none)",
     )
+    parser.add_argument(
+        "--quantum",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="hand the core what happens within SECONDS of simulated time as one batch, "
+        "as a busy server's driver does (0: each distinct instant alone)",
+    )
     parser.add_argument("--no-curves", action="store_true", help="skip the size curves")
     parser.add_argument(
         "--preempt", action="store_true", help="only how long preemption takes to free a node"
@@ -407,9 +424,20 @@ def main() -> None:
     if not args.no_curves:
         for workers in scale:
             jobs = args.jobs * workers // args.workers
-            results.append(replay(jobs, workers, args.load, fifo=False, progress=args.progress))
+            results.append(
+                replay(
+                    jobs,
+                    workers,
+                    args.load,
+                    fifo=False,
+                    progress=args.progress,
+                    quantum=args.quantum,
+                )
+            )
             print(results[-1].line(), flush=True)
-    main_run = replay(args.jobs, args.workers, args.load, fifo=False, progress=args.progress)
+    main_run = replay(
+        args.jobs, args.workers, args.load, fifo=False, progress=args.progress, quantum=args.quantum
+    )
     results.append(main_run)
     print(main_run.line(), flush=True)
     print(f"  max RSS of this process so far: {_rss_mib():,.0f} MiB", flush=True)
@@ -420,7 +448,14 @@ def main() -> None:
         rates = [r.starts / r.core_s for r in results]
         print(f"  slope of decisions/s over size: {slope(ws, rates):.2f}")
     if not args.no_fifo:
-        fifo = replay(args.jobs, args.workers, args.load, fifo=True, progress=args.progress)
+        fifo = replay(
+            args.jobs,
+            args.workers,
+            args.load,
+            fifo=True,
+            progress=args.progress,
+            quantum=args.quantum,
+        )
         print(fifo.line(), flush=True)
         print(
             f"  backfill vs fifo: utilisation while jobs arrive {main_run.steady:.3f} vs "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -67,6 +68,7 @@ class Simulator:
         kill_delay: float = 0.5,
         heartbeat: float | None = 10.0,
         record_tasks: bool = True,
+        quantum: float = 0.0,
     ) -> None:
         self.scheduler = scheduler
         self.behaviour = behaviour
@@ -75,6 +77,10 @@ class Simulator:
         self.heartbeat = heartbeat
         # Keep every job id and the starts per task in `stats` (off for a million jobs).
         self.record_tasks = record_tasks
+        # > 0: every event time is rounded up to a multiple of `quantum`, so what happens
+        # within one quantum reaches the core as one batch, as a server's driver takes
+        # what queued up while it was busy (0: each distinct instant is its own batch).
+        self.quantum = quantum
         self.now = 0.0
         self.stats = SimStats()
         self.on_instructions: Callable[[list[Instruction], float], None] | None = None
@@ -88,6 +94,8 @@ class Simulator:
     def at(self, time: float, event: Event | _Crash | _Arrival) -> None:
         if not isinstance(event, Tick | Heartbeat):
             self._real += 1
+        if self.quantum > 0:
+            time = math.ceil(time / self.quantum) * self.quantum
         heapq.heappush(self._heap, (time, next(self._seq), event))
 
     def add_worker(self, up: WorkerUp, time: float = 0.0) -> None:
