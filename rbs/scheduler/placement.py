@@ -31,7 +31,7 @@ from rbs.scheduler.preempt import preempt, preempted_queues
 from rbs.scheduler.preempt_holds import held_by, prune, release
 from rbs.scheduler.releases import STOPPING
 from rbs.scheduler.state import Job, SchedState
-from rbs.scheduler.windows import MAINTENANCE, holds, without_windows
+from rbs.scheduler.windows import MAINTENANCE, WindowHolds
 from rbs.scheduler.workers import WorkerCapacity
 
 INF = math.inf
@@ -55,8 +55,10 @@ class Pass:
 
     def __init__(self, st: SchedState) -> None:
         self.st = st
-        self.reserved: dict[str, float] = holds(st) if st.windows else {}
-        self.windowed = dict(self.reserved) if self.reserved else {}
+        # Promises to blocked jobs and preemptors: worker -> the moment it is held from.
+        self.reserved: dict[str, float] = {}
+        # The maintenance windows' holds, asked per worker met (windows.py).
+        self.windows = WindowHolds(st) if st.windows else None
         prune(st)
         for wid in st.held_for:  # held for a preemptor: closed to every other job
             self.reserved[wid] = st.now
@@ -130,7 +132,7 @@ class Pass:
         finally:
             walk.close()
         st.last_blocked = self.blocked
-        st.last_reserved = bool(self.reserved)
+        st.last_reserved = bool(self.reserved) or bool(self.windows)
 
     def fill(self, job: Job, checked: bool = False) -> str | None:
         """Start as many of the job's tasks as fit; the pending reason for the rest, if any.
@@ -152,7 +154,7 @@ class Pass:
                     why = "ReqNodeNotAvail"
                 self.blocked[job.shape] = why
                 return why
-            placement, room = place_or_room(st, job, self.reserved_for(job))
+            placement, room = place_or_room(st, job, self.reserved_for(job), self.windows)
             if placement is None:
                 pinned = bool(job.manifest.cpu_cores)  # says nothing about unpinned jobs
                 if single and not room and job.manifest.container is None and not pinned:
@@ -176,11 +178,8 @@ class Pass:
         ids = [w.worker_id for w in placement]
         release(self.st, job, ids)
         for wid in ids:
-            if wid not in self.st.held_for and wid in self.reserved:
-                if wid in self.windowed:
-                    self.reserved[wid] = self.windowed[wid]
-                else:
-                    del self.reserved[wid]
+            if wid not in self.st.held_for:
+                self.reserved.pop(wid, None)
 
     def may_preempt(self, job: Job) -> bool:
         q = self.st.config.queue(job.manifest.queue)
@@ -196,11 +195,22 @@ class Pass:
             return self.reserved
         mine = dict(self.reserved)
         for wid in own:
-            if wid in self.windowed:
-                mine[wid] = self.windowed[wid]  # a maintenance window still holds it
-            else:
-                del mine[wid]
+            del mine[wid]  # (a maintenance window still holds it: `place` asks them)
         return mine
+
+    def promised(self, worker_id: str) -> bool:
+        """Whether a blocked job, a preemptor or a maintenance window holds the worker."""
+        if worker_id in self.reserved:
+            return True
+        return self.windows is not None and self.windows.at(worker_id) is not None
+
+    def until(self, worker_id: str) -> float | None:
+        """The earliest moment a promise or a window holds the worker from, if any."""
+        t = self.reserved.get(worker_id)
+        w = self.windows.at(worker_id) if self.windows is not None else None
+        if t is None or w is None:
+            return w if t is None else t
+        return min(t, w)
 
     def start_holders(self) -> None:
         """Place the preemptors first on the workers held for them, whatever their rank in
@@ -213,7 +223,7 @@ class Pass:
             while job.pool.pending and job.id in st.ready:
                 if throttle is not None and len(job.runs) >= throttle:
                     break
-                placement = place(st, job, self.reserved_for(job))
+                placement = place(st, job, self.reserved_for(job), self.windows)
                 if placement is None:
                     break
                 self.start(job, placement)
@@ -287,8 +297,8 @@ class Pass:
             why = "ReqNodeNotAvail"  # the workers that could run it are down or absent
         else:
             why = "Priority" if room else "Resources"
-            if room and st.windows and place(st, job, without_windows(st, self.reserved)):
-                why = MAINTENANCE
+            if room and self.windows and place(st, job, self.reserved) is not None:
+                why = MAINTENANCE  # it fits once the windows are set aside
         self.blocked[job.shape] = why
         return why
 
@@ -304,12 +314,12 @@ class Pass:
         st = self.st
         res = job.manifest.resources
         lo = job.manifest.node_range[0]
-        if (res, lo) in self.unreservable:
-            return False
+        if (res, lo) in self.unreservable or (self.windows and self.windows.every < INF):
+            return False  # (a window over every worker leaves no worker to promise)
         chosen: list[tuple[float, str]] = []
         taken: set[str] = set()
         for w in st.free.fitting(res):
-            if w.worker_id not in self.reserved:
+            if not self.promised(w.worker_id):
                 chosen.append((st.now, w.worker_id))
                 taken.add(w.worker_id)
                 if len(chosen) >= lo:
@@ -321,7 +331,7 @@ class Pass:
             for drain, w in st.drains.earliest(res.gpus):
                 st.work.workers_examined += 1
                 wid = w.worker_id
-                if wid in taken or wid in self.reserved:
+                if wid in taken or self.promised(wid):
                     continue
                 if w.alive and w.reachable and w.could_ever_fit(res):
                     chosen.append((max(drain, st.now), wid))
@@ -329,9 +339,13 @@ class Pass:
                     if len(chosen) >= lo:
                         break
         if len(chosen) < lo:
-            eligible = st.capable_count(res) - sum(
-                1 for wid in self.reserved if st.workers[wid].could_ever_fit(res)
-            )
+            eligible = 0  # a window over every worker holds them all
+            if self.windows is None or self.windows.every == INF:
+                some = self.windows.some.keys() if self.windows is not None else ()
+                held = [st.workers.get(wid) for wid in set(self.reserved) | set(some)]
+                eligible = st.capable_count(res) - sum(
+                    1 for w in held if w is not None and w.could_ever_fit(res)
+                )
             if eligible < lo:
                 self.unreservable.add((res, lo))  # only more reservations can follow
             return False
@@ -349,7 +363,7 @@ class Pass:
         acc: dict[str, list[int]] = {}
         group: list[str] = []
         group_time = -INF
-        now, workers, reserved = st.now, st.workers, self.reserved
+        now, workers, promised = st.now, st.workers, self.promised
         visited = 0
         for time, run in st.releases.walk():
             at = now if time == STOPPING or time < now else time
@@ -369,7 +383,7 @@ class Pass:
                     continue
                 visited += 1
                 wid = node.worker_id
-                if wid in taken or wid in reserved:
+                if wid in taken or promised(wid):
                     continue
                 w = workers[wid]
                 if not (w.alive and w.reachable and w.could_ever_fit(res)):
@@ -396,25 +410,31 @@ class Pass:
     def room_left(self) -> bool:
         """Whether any later job could still start: a free slot unreserved or open to backfill."""
         st = self.st
+        wins = self.windows
+        if wins is not None and wins.every <= st.now:
+            return False  # a window over every worker has begun: nothing starts
         closed = 0
-        for wid, until in self.reserved.items():
-            if st.workers[wid] in st.free and not st.now < until < INF:
+        for wid in set(self.reserved) | (set(wins.some) if wins is not None else set()):
+            until = self.until(wid)
+            w = st.workers.get(wid)
+            if w is not None and until is not None and w in st.free and not st.now < until < INF:
                 closed += 1
         return len(st.free) > closed
 
 
 def place_or_room(
-    st: SchedState, job: Job, reserved: dict[str, float]
+    st: SchedState, job: Job, reserved: dict[str, float], windows: WindowHolds | None = None
 ) -> tuple[list[WorkerCapacity] | None, bool]:
-    """`place`, and when nothing fits, whether the task would fit but for reservations.
+    """`place`, and when nothing fits, whether the task would fit but for reservations
+    (and maintenance windows).
 
     For a single-node task one walk of the free index answers both: a worker passed
     over only for its reservation is one where it would fit.
     """
-    if not reserved:
+    if not reserved and not windows:
         return place(st, job, reserved), False
     if job.manifest.node_range[1] != 1:
-        placement = place(st, job, reserved)
+        placement = place(st, job, reserved, windows)
         return placement, placement is None and place(st, job, {}) is not None
     res = job.manifest.resources
     limit_end = st.now + job.time_limit if job.time_limit is not None else INF
@@ -426,7 +446,7 @@ def place_or_room(
             continue
         if cores and not cores_free(w, cores, st.jobs):
             continue
-        until = reserved.get(w.worker_id)
+        until = _held_until(reserved, windows, w.worker_id)
         if until is not None and limit_end > until:
             room = True
             continue
@@ -434,8 +454,21 @@ def place_or_room(
     return None, room
 
 
-def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCapacity] | None:
-    """Best-fit workers for one task (rank order), honouring reservations; None if none fit."""
+def _held_until(
+    reserved: dict[str, float], windows: WindowHolds | None, worker_id: str
+) -> float | None:
+    t = reserved.get(worker_id) if reserved else None
+    w = windows.at(worker_id) if windows else None
+    if t is None or w is None:
+        return w if t is None else t
+    return min(t, w)
+
+
+def place(
+    st: SchedState, job: Job, reserved: dict[str, float], windows: WindowHolds | None = None
+) -> list[WorkerCapacity] | None:
+    """Best-fit workers for one task (rank order), honouring reservations and maintenance
+    windows; None if none fit."""
     res = job.manifest.resources
     lo, hi = job.manifest.node_range
     limit_end = st.now + job.time_limit if job.time_limit is not None else INF
@@ -448,8 +481,8 @@ def place(st: SchedState, job: Job, reserved: dict[str, float]) -> list[WorkerCa
             continue  # only a worker with a container runtime runs an image
         if cores and not cores_free(w, cores, st.jobs):
             continue  # its cores are missing there or held by another pinned job
-        if reserved:
-            until = reserved.get(w.worker_id)
+        if reserved or windows:
+            until = _held_until(reserved, windows, w.worker_id)
             if until is not None and limit_end > until:
                 continue
         if hi == 1:

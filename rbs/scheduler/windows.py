@@ -10,8 +10,9 @@ From its start to its end the worker takes nothing new; what already runs keeps 
 
 The windows come from the server (its reservations file), whole, in a `SetWindows`
 event whenever they change or one ends; the core keeps no history of them. What a pass
-pays: nothing without windows; with some, one entry per affected worker (O(workers) for
-a window over every worker), which is rare and short-lived.
+pays (`WindowHolds`): nothing without windows; with some, one step per window plus one
+entry per worker a window names. A window over every worker is one number, whatever the
+cluster's size, and placement asks about a worker only when it meets one (O(1) each).
 """
 
 from __future__ import annotations
@@ -35,18 +36,37 @@ def set_windows(st: SchedState, ev: SetWindows) -> None:
     st.need_pass = True
 
 
-def holds(st: SchedState) -> dict[str, float]:
-    """Worker -> the moment from which a window holds it (now, for one in a window)."""
-    out: dict[str, float] = {}
-    now = st.now
-    for w in st.windows:
-        if w.end <= now:
-            continue
-        at = max(w.start, now)
-        for wid in w.workers or st.workers:
-            if wid in st.workers and at < out.get(wid, INF):
-                out[wid] = at
-    return out
+class WindowHolds:
+    """When the windows hold each worker from (now, for one in a window), for one pass:
+    `every` for the windows over every worker, `some` for the workers others name."""
+
+    __slots__ = ("every", "some")
+
+    def __init__(self, st: SchedState) -> None:
+        now = st.now
+        self.every = INF
+        self.some: dict[str, float] = {}
+        work = st.work
+        for w in st.windows:
+            work.workers_examined += 1  # one step per window, one per worker it names
+            if w.end <= now:
+                continue
+            at = max(w.start, now)
+            if not w.workers:
+                self.every = min(self.every, at)
+                continue
+            for wid in w.workers:
+                work.workers_examined += 1
+                if at < self.some.get(wid, INF):
+                    self.some[wid] = at
+
+    def __bool__(self) -> bool:
+        return self.every < INF or bool(self.some)
+
+    def at(self, worker_id: str) -> float | None:
+        """When a window holds `worker_id` from, or None when none does."""
+        t = min(self.every, self.some.get(worker_id, INF))
+        return None if t == INF else t
 
 
 def draining(st: SchedState, worker_id: str) -> Window | None:
@@ -55,12 +75,6 @@ def draining(st: SchedState, worker_id: str) -> Window | None:
         if w.start <= st.now < w.end and w.affects(worker_id):
             return w
     return None
-
-
-def without_windows(st: SchedState, reserved: dict[str, float]) -> dict[str, float]:
-    """The pass's promises to blocked jobs alone: `reserved` less the windows' holds."""
-    held = holds(st)
-    return {wid: t for wid, t in reserved.items() if held.get(wid) != t}
 
 
 def operator_event(st: SchedState, ev: Update | SetWindows) -> list[Accepted | Rejected]:
