@@ -44,6 +44,8 @@ SWEEP_S = 1.0
 _PENDING = "request-"
 
 RunEnv = Callable[[str], tuple[tuple[str, str], ...]]
+# A run's whole environment from the server, by lease id and the manifest it runs.
+LeaseEnv = Callable[[str, JobManifest], tuple[tuple[str, str], ...]]
 
 
 def check_values(manifest: JobManifest, values: Any) -> dict[str, str]:
@@ -191,17 +193,17 @@ class JobSecrets:
                 return self._read(str(job_id))
         return None
 
-    def wrap(self, base: RunEnv) -> RunEnv:
+    def wrap(self, base: RunEnv) -> LeaseEnv:
         """`base` (the server's run env) plus the run's job's secrets and their names."""
 
-        def env(lease_id: str) -> tuple[tuple[str, str], ...]:
+        def env(lease_id: str, manifest: JobManifest) -> tuple[tuple[str, str], ...]:
             out = base(lease_id)
+            names = manifest.secrets
+            if not names:
+                return out
             try:
                 job_id = RunRef.parse_lease(lease_id).job_id
-                names = self.driver.view(job_id).manifest.secrets
-            except (ValueError, JobRequestError):
-                return out
-            if not names:
+            except ValueError:
                 return out
             values = self.values(job_id) or {}
             found = tuple((n, values[n]) for n in names if n in values)
