@@ -37,6 +37,7 @@ from rbs.scheduler.workers import WorkerCapacity
 INF = math.inf
 # Release-calendar entries one reservation may walk before it asks the drain index.
 WALK_BUDGET = 32
+PREEMPT_TRIES = 8  # jobs hidden by a failed shape that may still try preemption, per pass
 
 
 def schedule(st: SchedState) -> None:
@@ -83,6 +84,7 @@ class Pass:
         # With preemption configured a full cluster does not end the pass: a job that
         # may preempt, further down, must still be met (`pass_depth` bounds the walk).
         self.preempting = bool(st.config.queues) and bool(preempted_queues(st.config))
+        self.tries = 0  # preemptions tried by jobs a failure hid (`may_preempt`)
 
     def run(self) -> None:
         st = self.st
@@ -103,7 +105,7 @@ class Pass:
                 reason = self._known_to_fail(job.shape) if self.failed_min else None
                 if reason is not None:
                     self.blocked[job.shape] = reason
-                    if reason == "Resources" and self.preempting and self.may_preempt(job):
+                    if reason == "Resources" and self.may_preempt(job):
                         preempt(st, job)  # what hides it from placement does not from this
                 else:
                     reason = self.fill(job, checked=True)
@@ -182,8 +184,10 @@ class Pass:
                 self.reserved.pop(wid, None)
 
     def may_preempt(self, job: Job) -> bool:
+        """Whether a job an earlier failure hides tries to preempt (at most 8 per pass)."""
         q = self.st.config.queue(job.manifest.queue)
-        return q is not None and bool(q.preempts)
+        self.tries += 1 if q is not None and q.preempts else 0
+        return q is not None and bool(q.preempts) and self.tries <= PREEMPT_TRIES
 
     def reserved_for(self, job: Job) -> dict[str, float]:
         """The promises `job` must honour: all of them, less the workers held for it."""
@@ -206,11 +210,7 @@ class Pass:
 
     def until(self, worker_id: str) -> float | None:
         """The earliest moment a promise or a window holds the worker from, if any."""
-        t = self.reserved.get(worker_id)
-        w = self.windows.at(worker_id) if self.windows is not None else None
-        if t is None or w is None:
-            return w if t is None else t
-        return min(t, w)
+        return _held_until(self.reserved, self.windows, worker_id)
 
     def start_holders(self) -> None:
         """Place the preemptors first on the workers held for them, whatever their rank in
