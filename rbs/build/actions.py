@@ -167,15 +167,12 @@ class ActionHooks:
         assert cur is not None
         outs: list[File] = []
         for o in _flatten(outputs):
-            if (
-                not (isinstance(o, dict) and "_f" in o)
-                or File.from_starlark(o).path not in cur.declared
-            ):
+            f = File.from_starlark(o) if isinstance(o, dict) and "_f" in o else None
+            if f is None or f.path not in cur.declared:
                 raise ValueError(
                     f"action output {o.get('short_path', o) if isinstance(o, dict) else o!r} was not "
                     "declared by this rule; use ctx.actions.declare_file or an attr.output"
                 )
-            f = File.from_starlark(o)
             if f.path in cur.produced:
                 raise ValueError(f"two actions of {cur.target.label} create {f.short_path!r}")
             outs.append(f)

@@ -65,14 +65,33 @@ class File:
 
     @classmethod
     def from_starlark(cls, d: Mapping[str, Any]) -> File:
-        path, short_path, is_source, owner = d["_f"][:4]
-        return cls(
+        raw = d["_f"]
+        try:
+            key = tuple(raw)
+            have = _FILES.get(key)
+        except TypeError:  # an unhashable part: made below, where str() and bool() apply
+            key, have = None, None
+        if have is not None:
+            return have
+        path, short_path, is_source, owner = raw[:4]
+        f = cls(
             path=str(path),
             short_path=str(short_path),
             is_source=bool(is_source),
             owner=str(owner),
-            is_directory=len(d["_f"]) > 4 and bool(d["_f"][4]),
+            is_directory=len(raw) > 4 and bool(raw[4]),
         )
+        if key is not None:
+            if len(_FILES) >= _MAX_FILES:
+                _FILES.clear()
+            _FILES[key] = f
+        return f
+
+
+# File values met in analysis, by their plain form: a file is read back from Starlark
+# once per target that sees it, and a frozen dataclass costs a few microseconds to make.
+_FILES: dict[tuple[Any, ...], File] = {}
+_MAX_FILES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

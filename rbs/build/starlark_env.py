@@ -138,6 +138,10 @@ def _expand(host: Host, module: Label) -> Callable[..., Any]:
     return lambda **kw: host.running_impl("expand").ctx_expand(**kw)
 
 
+def _expand_json(host: Host, module: Label) -> Callable[..., Any]:
+    return lambda text: host.running_impl("expand").ctx_expand(**json.loads(text))
+
+
 # Bazel's BUILD-file functions.
 BUILD_BUILTINS: Mapping[str, Bind] = MappingProxyType(
     {
@@ -172,6 +176,7 @@ RBS_BUILTINS: Mapping[str, Bind] = MappingProxyType(
         "_rbs_action": _action,
         "_rbs_action_json": _action_json,
         "_rbs_expand": _expand,
+        "_rbs_expand_json": _expand_json,
     }
 )
 

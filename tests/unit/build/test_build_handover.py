@@ -22,6 +22,10 @@ def test_json_text_refuses_what_starlark_would_read_back_otherwise() -> None:
     assert handover.json_text({"f": math.nan}) is None
     assert handover.json_text({"f": math.inf}) is None
     assert handover.json_text({"n": 10**30}) is None  # json.decode would make it a float
+    assert handover.json_text({"n": [1, -(10**20)]}) is None
+    assert handover.json_text({"n": {"k": 10**19}}) is None
+    # Long digit runs inside strings read back as those strings.
+    assert handover.json_text({"s": "1" * 25}) == '{"s":"' + "1" * 25 + '"}'
     assert handover.json_text({"o": object()}) is None
 
 
