@@ -204,16 +204,20 @@ class ReadyQueue(Generic[J]):
     def _merge(self, closed: set[Shape]) -> Iterator[tuple[J, bool]]:
         epoch, entries = self._epoch, self._entries
         heads = (iter(self._heads[0]), iter(self._heads[1]))
+        streams = self._streams
         # (priority key, seq, kind, shape, the stream's iterator, the entry to yield next,
-        # whether it is a stream head taken from the heads list)
+        # whether it is a stream head taken from the heads list). A head has no iterator
+        # until its shape stays open past it: most shapes a pass meets close at their head.
         heap: list[
-            tuple[tuple[int, float, int], int, int, Shape, Iterator[_Entry[J]], _Entry[J], bool]
+            tuple[
+                tuple[int, float, int], int, int, Shape, Iterator[_Entry[J]] | None, _Entry[J], bool
+            ]
         ] = []
         seq = 0
         seen: set[Shape] = set()
 
         def push(
-            kind: int, shape: Shape, it: Iterator[_Entry[J]], entry: _Entry[J], head: bool
+            kind: int, shape: Shape, it: Iterator[_Entry[J]] | None, entry: _Entry[J], head: bool
         ) -> None:
             nonlocal seq
             seq += 1
@@ -222,9 +226,13 @@ class ReadyQueue(Generic[J]):
 
         def next_head(kind: int) -> None:
             for _key, _elig, _job_id, shape in heads[kind]:
-                it = iter(self._streams[kind][shape])
-                push(kind, shape, it, next(it), True)
+                push(kind, shape, None, streams[kind][shape][0], True)
                 return
+
+        def after_head(kind: int, shape: Shape) -> Iterator[_Entry[J]]:
+            it: Iterator[_Entry[J]] = iter(streams[kind][shape])
+            next(it)
+            return it
 
         def next_valid(it: Iterator[_Entry[J]]) -> _Entry[J] | None:
             for entry in it:
@@ -241,6 +249,8 @@ class ReadyQueue(Generic[J]):
             if shape in closed:
                 continue
             if entries.get(entry[2]) is not entry:
+                if it is None:
+                    it = after_head(kind, shape)
                 nxt = next_valid(it)
                 if nxt is not None:
                     push(kind, shape, it, nxt, False)  # file it at its own place in the order
@@ -249,6 +259,8 @@ class ReadyQueue(Generic[J]):
             seen.add(shape)
             yield entry[4], first
             if shape not in closed:
+                if it is None:
+                    it = after_head(kind, shape)
                 nxt = next_valid(it)
                 if nxt is not None:
                     push(kind, shape, it, nxt, False)
