@@ -1,5 +1,5 @@
-"""Job log lines on the server: zstd-compressed chunks of columns in SQLite, de-duplicated,
-numbered per job, followable.
+"""Job log lines on the server: zstd-compressed chunks of rendered NDJSON in SQLite,
+de-duplicated, numbered per job, followable.
 
 Workers number each run's lines (seq per lease) and spool them until acknowledged, so
 after a reconnect or a server restart they re-send from the last acknowledged line.
@@ -31,6 +31,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import TypeVar
 
@@ -40,7 +41,6 @@ from rbs.server import log_chunks as lc
 from rbs.server.log_chunks import CHUNK_LINES, CHUNK_RAW
 from rbs.server.log_migrate import migrate_rows
 from rbs.server.telemetry import TelemetryStore, split
-from rbs.wire.jobs_api import log_columns_payload
 from rbs.wire.workers_jobs import JobOrder, LogAck, LogBatch
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,8 @@ CREATE TABLE IF NOT EXISTS runs (
 ) WITHOUT ROWID;
 """
 
-# seq, time (a float's repr), stream, text (a JSON string literal), run: the API's forms
-_Columns = tuple[list[int], list[str], list[str], list[str], list[lc.Run]]
+# Lines of one segment: their display numbers, the bytes of each one's NDJSON, the NDJSON.
+_Block = tuple[Sequence[int], Sequence[int], bytes]
 RunKey = tuple[int, int, int]  # task (-1: not an array), attempt, rank
 Ranges = list[list[int]]  # sorted, disjoint, inclusive [lo, hi] of worker line numbers
 K = TypeVar("K")
@@ -250,7 +250,7 @@ class JobLogs:
             room_lines, room_raw = CHUNK_LINES - last[1], CHUNK_RAW - len(last[2])
         tail = (seq, 0, b"")
         for piece in lc.pieces(lines, room_lines, room_raw):
-            raw = lc.encode_segments(piece)
+            raw = lc.encode_segments(piece, seq)
             if joins:
                 assert last is not None
                 first, count, raw = last[0], last[1] + len(piece), last[2] + raw
@@ -294,11 +294,11 @@ class JobLogs:
 
     def _blocks(
         self, job_id: int, after: int, task: int | None, tail: int | None, limit: int
-    ) -> list[_Columns]:
-        """The lines asked for as column blocks (one per segment, in display order):
-        seq, time, stream, text, run; `limit` lines at most, or the last `tail`."""
+    ) -> list[_Block]:
+        """The lines asked for as blocks (one per segment, in display order): `limit`
+        lines at most, or the last `tail`."""
         want = tail if tail is not None else limit
-        blocks: list[_Columns] = []
+        blocks: list[_Block] = []
         got = 0
         if want <= 0:
             return []
@@ -325,8 +325,13 @@ class JobLogs:
                 del blocks[i]
                 extra -= size
                 continue
-            keep = slice(extra, None) if tail is not None else slice(0, size - extra)
-            blocks[i] = tuple(c[keep] for c in blocks[i])  # type: ignore[assignment]
+            seqs, sizes, data = blocks[i]
+            if tail is not None:
+                cut = sum(sizes[:extra])
+                blocks[i] = (seqs[extra:], sizes[extra:], data[cut:])
+            else:
+                cut = sum(sizes[: size - extra])
+                blocks[i] = (seqs[: size - extra], sizes[: size - extra], data[:cut])
             extra = 0
         return blocks
 
@@ -340,21 +345,10 @@ class JobLogs:
         limit: int = 5000,
     ) -> list[LogLine]:
         """Lines in the job's display order: `seq` is the job's number, not the worker's."""
-        from rbs.model import LogStream
-
-        loads = json.loads
         return [
-            LogLine(
-                seq=s,
-                time=float(t),
-                stream=LogStream(st),
-                text=loads(x),
-                task=r[0],
-                attempt=r[1],
-                rank=r[2],
-            )
-            for seqs, times, streams, texts, runs in self._blocks(job_id, after, task, tail, limit)
-            for s, t, st, x, r in zip(seqs, times, streams, texts, runs, strict=True)
+            line
+            for _, _, data in self._blocks(job_id, after, task, tail, limit)
+            for line in lc.segment_lines(data)
         ]
 
     def read_payload(
@@ -366,12 +360,12 @@ class JobLogs:
         tail: int | None = None,
         limit: int = 20_000,
     ) -> tuple[bytes, int | None]:
-        """`read`'s lines as the API's NDJSON, decoded from the chunks straight to bytes,
-        and the display number of the last (None when there is none)."""
+        """`read`'s lines as the API's NDJSON, sliced from the chunks as they were rendered
+        when stored, and the display number of the last (None when there is none)."""
         blocks = self._blocks(job_id, after, task, tail, limit)
         if not blocks:
             return b"", None
-        return b"".join(log_columns_payload(*b) for b in blocks), blocks[-1][0][-1]
+        return b"".join(b[2] for b in blocks), blocks[-1][0][-1]
 
     def note_all(self, instructions: Iterable[object], now: float) -> None:
         """Store the scheduler's `Note`s as `sys` lines of the attempt each is about.
@@ -408,31 +402,19 @@ class JobLogs:
             await asyncio.wait_for(ev.wait(), timeout)
 
 
-def _pick(first: int, seg: lc.Segment, after: int, task: int | None) -> _Columns:
-    """A segment's lines after `after` (of `task` only, when given) as columns."""
+def _pick(first: int, seg: lc.Segment, after: int, task: int | None) -> _Block:
+    """A segment's lines after `after` (of `task` only, when given)."""
     n = len(seg)
     lo = max(0, after + 1 - first)
-    names = lc.STREAM_NAMES
-    runs = seg.runs
-    if task is None and lo == 0:  # the whole segment, the common case: no index lists
-        return (
-            range(first, first + n),  # type: ignore[return-value]
-            seg.time_text,
-            [names[c] for c in seg.streams],
-            seg.text_json,
-            [runs[i] for i in seg.run_of] if len(runs) > 1 else [runs[0]] * n,
-        )
-    idx: Sequence[int] = range(lo, n)
-    if task is not None:
-        keep = {i for i, r in enumerate(runs) if r[0] == task}
-        idx = [i for i in idx if seg.run_of[i] in keep]
-    return (
-        [first + i for i in idx],
-        [seg.time_text[i] for i in idx],
-        [names[seg.streams[i]] for i in idx],
-        [seg.text_json[i] for i in idx],
-        [runs[seg.run_of[i]] for i in idx],
-    )
+    if task is None:
+        if lo == 0:  # the whole segment, the common case: one slice, nothing per line
+            return range(first, first + n), seg.sizes, seg.ndjson
+        return range(first + lo, first + n), seg.sizes[lo:], seg.ndjson[sum(seg.sizes[:lo]) :]
+    keep = {i for i, r in enumerate(seg.runs) if r[0] == task}
+    ends = list(accumulate(seg.sizes))
+    idx = [i for i in range(lo, n) if seg.run_of[i] in keep]
+    data = b"".join(seg.ndjson[ends[i] - seg.sizes[i] : ends[i]] for i in idx)
+    return [first + i for i in idx], [seg.sizes[i] for i in idx], data
 
 
 class LogIntake:

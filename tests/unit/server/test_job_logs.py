@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sqlite3
+import struct
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,10 @@ def _same(got: list[LogLine], sent: list[LogLine], first_seq: int = 1) -> None:
     assert [x.seq for x in got] == list(range(first_seq, first_seq + len(sent)))
     strip = [(x.time, x.stream, x.text, x.task, x.attempt, x.rank) for x in got]
     assert strip == [(x.time, x.stream, x.text, x.task, x.attempt, x.rank) for x in sent]
+
+
+def _numbered(ls: list[LogLine], first_seq: int = 1) -> list[LogLine]:
+    return [dataclasses.replace(x, seq=first_seq + i) for i, x in enumerate(ls)]
 
 
 @pytest.fixture
@@ -107,6 +114,11 @@ def test_after_tail_and_task_select_the_same_lines_as_a_filter_would(logs: JobLo
             assert logs.read(9, after=after, tail=n) == everything[after:][-n:]
             of_task = [x for x in everything[after:] if x.task == 1]
             assert logs.read(9, after=after, tail=n, task=1) == of_task[-n:]
+            for task in (None, 1):  # the served bytes: sliced from the stored NDJSON
+                payload, last = logs.read_payload(9, after=after, tail=n, task=task)
+                want = logs.read(9, after=after, tail=n, task=task)
+                assert payload == log_lines_payload(want)
+                assert last == (want[-1].seq if want else None)
         assert logs.read(9, after=after, task=0, limit=100_000) == [
             x for x in everything[after:] if x.task == 0
         ]
@@ -169,8 +181,59 @@ def test_an_old_row_per_line_store_is_migrated(tmp_path: Path) -> None:
 
 def test_the_chunk_format_round_trips_and_names_its_kinds() -> None:
     sent = lines(1, 3) + lines(1, 2, task=5, attempt=3, text="\udcff lone {}")
-    raw = log_chunks.encode_segments(sent)
+    raw = log_chunks.encode_segments(sent, 1)
     segs = list(log_chunks.segments(log_chunks.decompress(log_chunks.compress(raw))))
-    got = [ln for seg in segs for ln in log_chunks.segment_lines(seg, 1)]
+    got = [ln for seg in segs for ln in log_chunks.segment_lines(seg.ndjson)]
     _same(got, sent)
+    # Stored as served: valid UTF-8 NDJSON (a lone surrogate as JSON's escape), one line
+    # per stored line, byte for byte what the API's builder makes of the others.
+    ndjson = b"".join(seg.ndjson for seg in segs)
+    assert ndjson.decode("utf-8").count("\n") == len(sent)
+    assert ndjson.startswith(log_lines_payload(_numbered(sent[:3])))
+    assert b"\\udcff lone 2" in ndjson
     assert (log_chunks.LOG_KIND, log_chunks.TELEMETRY_KIND) == (0, 1)
+
+
+def _v1_chunk(ls: list[LogLine]) -> bytes:
+    """`ls` as one segment of the chunks-1 format (columns), for the migration test."""
+    runs = list(dict.fromkeys((-1 if x.task is None else x.task, x.attempt, x.rank) for x in ls))
+    texts = [json.encoder.encode_basestring(x.text) for x in ls]
+    times = [repr(x.time) for x in ls]
+    text_blob, time_blob = "".join(texts).encode(), "".join(times).encode()
+    codes = {LogStream.OUT: 0, LogStream.ERR: 1, LogStream.SYS: 2}
+    return b"".join(
+        [
+            struct.pack("<IHII", len(ls), len(runs), len(text_blob), len(time_blob)),
+            *(struct.pack("<iii", *r) for r in runs),
+            bytes(codes[x.stream] for x in ls),
+            bytes(runs.index((-1 if x.task is None else x.task, x.attempt, x.rank)) for x in ls),
+            struct.pack(f"<{len(ls)}I", *map(len, texts)),
+            bytes(map(len, times)),
+            time_blob,
+            text_blob,
+        ]
+    )
+
+
+def test_a_chunks_1_store_is_reencoded_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "job_logs.db"
+    JobLogs(path).close()  # the tables, as any version made them
+    db = sqlite3.connect(path)
+    sent = lines(1, 6) + lines(7, 3, task=2, text="naïve {}")
+    db.execute("UPDATE meta SET value = 'chunks-1' WHERE key = 'format'")
+    for first, part in ((1, sent[:4]), (5, sent[4:])):
+        raw = _v1_chunk(part)
+        db.execute(
+            "INSERT INTO chunks VALUES (?,?,?,?,?,?)",
+            (3, 0, first, len(part), len(raw), log_chunks.compress(raw)),
+        )
+    db.commit()
+    db.close()
+    logs = JobLogs(path)
+    got = logs.read(3, limit=100)
+    _same(got, sent)
+    assert logs.read_payload(3)[0] == log_lines_payload(got)
+    assert logs.read(3, tail=2, task=2) == got[-2:]
+    (fmt,) = logs._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+    assert fmt == "chunks-2"
+    logs.close()
