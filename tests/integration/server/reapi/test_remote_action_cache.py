@@ -171,3 +171,22 @@ def test_eviction_turns_a_hit_into_a_miss(start: StartServer) -> None:
             remote.put(os.urandom(400 << 10), function=SHA)
         assert not remote.contains(out)
         assert ac.get(action) is None
+
+
+def test_an_output_removed_by_hand_is_never_a_hit(
+    server: ServerThread, channel: grpc.Channel
+) -> None:
+    # FindMissingBlobs answers from the server's index, which a file removed behind the
+    # server's back (not through rbs) outlives until its audit; a cached result's
+    # outputs are checked on disk, so the result is not served.
+    ac = ActionCacheClient(channel)
+    store = store_of(server)
+    action = Digest.of(b"action whose output goes by hand", SHA)
+    result = result_with_outputs(store, SHA)
+    ac.update(action, result)
+    assert ac.get(action) == result
+    out = Digest(function=SHA, hash=result.output_files[0].digest.hash, size=11)
+    os.unlink(store.path_of(out))
+    assert ac.get(action) is None
+    # The check also put the index right: FindMissingBlobs now reports it missing.
+    assert RemoteStore(channel).find_missing([out]) == [out]
