@@ -13,7 +13,8 @@ constant). A host name (getaddrinfo), TLS and sendfile(2) want a `socket.socket`
 from __future__ import annotations
 
 import _socket
-import json
+
+from rbs.client import fastjson
 
 # Not imported from typing, which costs `rbs job submit` start-up for nothing at run
 # time; type checkers treat this name as true all the same.
@@ -74,7 +75,7 @@ class Response:
         self.body = body
 
     def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
+        return fastjson.loads(self.body) if self.body else None
 
 
 class HttpConnection:
@@ -216,7 +217,7 @@ class HttpConnection:
     ) -> Response:
         body = data
         if json_body is not None:
-            body = json.dumps(json_body, separators=(",", ":")).encode()
+            body = fastjson.dumps(json_body).encode()
             ctype = "application/json"
         try:
             self._send(method, path, body, ctype)
@@ -354,7 +355,7 @@ def _ip_family(host: str) -> int | None:
 
 def _error(resp: Response) -> HttpError:
     try:
-        err = json.loads(resp.body)["error"]
+        err = fastjson.loads(resp.body)["error"]
         return HttpError(resp.status, str(err.get("code", "")), str(err.get("message", "")))
     except (ValueError, KeyError, TypeError):
         text = resp.body.decode("utf-8", "replace").strip() or f"HTTP {resp.status}"

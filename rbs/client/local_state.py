@@ -1,4 +1,4 @@
-"""The embedded cluster's record (cluster.json) and whether its processes are ours: os and json only.
+"""The embedded cluster's record (cluster.json) and whether its processes are ours, cheaply.
 
 `rbs job submit` runs in shell loops, so finding a local cluster that is already up must
 cost next to nothing: this module reads `cluster.json`, checks through /proc that both
@@ -10,8 +10,9 @@ rbs.client.local's work, which imports this module for the same checks.
 
 from __future__ import annotations
 
-import json
 import os
+
+from rbs.client import fastjson
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def read_record(root: str) -> dict[str, Any] | None:
     """cluster.json's fields, checked for type, whether or not its processes run."""
     try:
         with open(os.path.join(root, "cluster.json"), "rb") as f:
-            data = json.loads(f.read())
+            data = fastjson.loads(f.read())
         record = {
             "host": str(data["host"]),
             "grpc_port": int(data["grpc_port"]),

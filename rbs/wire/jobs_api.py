@@ -9,8 +9,9 @@ lists the routes.
 The request bodies, paths and queries are in rbs.wire.jobs_api_requests, the same way.
 
 This module is on the path of `rbs job submit`, which must start in a few milliseconds,
-so it imports nothing beyond `json` at run time: no dataclasses (it pulls in inspect,
-~6 ms here), no typing, no protobuf. The server hands the builders its scheduler views
+so it imports nothing at run time (the builders that write JSON text import `json`
+themselves; json and the re it imports cost a submit ~6 ms): no dataclasses (it pulls
+in inspect, ~6 ms here), no typing, no protobuf. The server hands the builders its scheduler views
 as they are; the `...Facts` protocols below say which attributes a builder reads
 (checked by mypy, free at run time), since the wire layer sits below the scheduler's
 and may not import it. JobInfo is a slotted class for the same reason, and rbs.model
@@ -18,8 +19,6 @@ and may not import it. JobInfo is a slotted class for the same reason, and rbs.m
 """
 
 from __future__ import annotations
-
-import json
 
 # Not imported from typing, which costs `rbs job submit` start-up for nothing at run
 # time; type checkers treat this name as true all the same.
@@ -305,6 +304,8 @@ def error_doc(code: str, message: str) -> dict[str, Any]:
 
 def log_lines_payload(lines: Iterable[LogLine]) -> bytes:
     """A job's stored log lines as NDJSON, one object per line (`eol` stays on the server)."""
+    import json
+
     quote = json.encoder.encode_basestring  # json.dumps's string form (ensure_ascii=False)
     lines = list(lines)
     return log_columns_payload(
@@ -328,6 +329,8 @@ def log_columns_payload(
     JSON string literals (`json.encoder.encode_basestring`). No LogLine per line and no
     formatting but the seq: each object is what `json.dumps` makes of {seq, time, stream,
     text, task, attempt, rank}, each run's closing fields formatted once."""
+    import json
+
     ends: dict[tuple[int | None, int, int], str] = {}
     mids = {name: f', "stream": "{name}", "text": ' for name in ("out", "err", "sys")}
     out = []
@@ -348,6 +351,8 @@ def log_columns_payload(
 
 def log_end_payload(state: JobState) -> bytes:
     """The NDJSON line that ends a log: every line of the job up to `state` came before it."""
+    import json
+
     return json.dumps({"end": True, "state": state.value}).encode() + b"\n"
 
 
@@ -445,6 +450,8 @@ def log_line(doc: Mapping[str, Any]) -> LogLine | None:
 def log_line_json(line: LogLine) -> str:
     """A line as `rbs job logs --json` prints it: the API's fields less `rank`, and `task`
     only for an array job."""
+    import json
+
     d: dict[str, Any] = {
         "seq": line.seq,
         "time": line.time,

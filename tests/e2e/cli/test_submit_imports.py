@@ -19,9 +19,18 @@ import pytest
 
 HEAVY = ("click", "grpc", "http.client", "rich", "argparse")
 # What a submit that stages nothing and names no secret does without: the socket
-# module's enums (~3 ms; rbs.client.http connects with _socket), the progress bar's
-# modules and the secrets reader.
-UNNEEDED = ("socket", "rbs.cli.progress", "rbs.cas.transfer", "rbs.client.secrets")
+# module's enums (~3 ms; rbs.client.http connects with _socket), json and the re and
+# enum it imports (~6 ms; rbs.client.fastjson), the progress bar's modules and the
+# secrets reader.
+UNNEEDED = (
+    "socket",
+    "json",
+    "re",
+    "enum",
+    "rbs.cli.progress",
+    "rbs.cas.transfer",
+    "rbs.client.secrets",
+)
 # What only starting a local cluster needs.
 STARTING = ("rbs.client.local", "subprocess", "pathlib", "dataclasses")
 
@@ -110,3 +119,24 @@ def test_a_submit_the_fast_path_defers_still_works(home: Path) -> None:
     r = rbs(home, "job", "show", job, "--json")
     assert r.returncode == 0, r.stderr
     assert '"name": "deferred"' in r.stdout
+
+
+def test_the_installed_rbs_command_imports_nothing_before_rbs(home: Path) -> None:
+    """bin/rbs, not pip's launcher for a [project.scripts] entry, which imports re first."""
+    script = Path(sys.executable).with_name("rbs")
+    if not script.exists():
+        pytest.skip("no rbs command next to this Python (rbs is not installed in its environment)")
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", str(script), "job", "submit", "--", "true"],
+        env=_env(home),
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().isdigit()
+    names = imported(r.stderr)
+    assert "rbs.cli.main" in names
+    assert sorted(n for n in names if n in UNNEEDED) == []
