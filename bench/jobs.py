@@ -127,11 +127,25 @@ def _check(client: JobsClient, job: str) -> None:
         sys.exit(f"job {job} ended {info.state}; the benchmark expects COMPLETED")
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a live process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SERVER_PID: list[int] = []  # the server's pid, once started
+ARRAY_SERVER_CPU: list[float] = []  # the server's CPU seconds per task, one per array
+
+
 def bench_array(client: JobsClient, n: int) -> float:
+    c0 = process_cpu(SERVER_PID[0]) if SERVER_PID else 0.0
     t = time.perf_counter()
     job = client.submit(["true"], array=f"0-{n - 1}", **SMALL)
     _check(client, job)
-    return n / (time.perf_counter() - t)
+    took = time.perf_counter() - t
+    if SERVER_PID:
+        ARRAY_SERVER_CPU.append((process_cpu(SERVER_PID[0]) - c0) / n)
+    return n / took
 
 
 def bench_one_by_one(client: JobsClient, n: int) -> tuple[float, float]:
@@ -223,6 +237,7 @@ def main() -> None:
 def _small_cluster(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rbs-bench-jobs-"))
     procs, address = start(tmp, args.job_slots, durable=args.durable)
+    SERVER_PID[:] = [procs[1].pid]
     journal = "durable = true (fsync per commit)" if args.durable else "durable = false"
     print(
         f"one local worker, {args.job_slots} job slots, {os.cpu_count()} cores, "
@@ -236,6 +251,11 @@ def _small_cluster(args: argparse.Namespace) -> None:
             print(
                 f"array of {args.tasks} `true` tasks, submit to all completed: {med:7.0f} tasks/s"
                 f"  (runs: {', '.join(f'{r:.0f}' for r in runs)}; goal >= 200)"
+            )
+            print(
+                "  the server's CPU per task: "
+                f"{statistics.median(ARRAY_SERVER_CPU) * 1e3:.2f} ms median "
+                f"(runs: {', '.join(f'{c * 1e3:.2f}' for c in ARRAY_SERVER_CPU)})"
             )
             pairs = [bench_one_by_one(client, args.tasks) for _ in range(args.runs)]
             sub = statistics.median(p[0] for p in pairs)
