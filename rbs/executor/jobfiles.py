@@ -10,12 +10,14 @@ tree digest reported to the server names blobs the server holds.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rbs.cas.store import BlobStore
@@ -31,21 +33,18 @@ INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunDirs:
-    """The folders and files of one run on the worker."""
+    """The folders and files of one run on the worker (paths made once: they are asked
+    for many times per run)."""
 
     root: Path
+    work: Path = field(init=False)
+    tmp: Path = field(init=False)
+    spool: Path = field(init=False)
 
-    @property
-    def work(self) -> Path:
-        return self.root / "work"
-
-    @property
-    def tmp(self) -> Path:
-        return self.root / "tmp"
-
-    @property
-    def spool(self) -> Path:
-        return self.root / "log.jsonl"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "work", self.root / "work")
+        object.__setattr__(self, "tmp", self.root / "tmp")
+        object.__setattr__(self, "spool", self.root / "log.jsonl")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,3 +232,40 @@ def remove_if_empty(dirs: RunDirs) -> bool:
     except OSError:
         return False
     return True
+
+
+class Trash:
+    """Run folders to remove, a batch at a time on a pooled thread: an rmdir can block
+    for milliseconds (ext4 here), too long for the event loop, and a thread trip per run
+    costs more CPU than its removal."""
+
+    DELAY_S = 0.05
+
+    def __init__(self, pool: Executor) -> None:
+        self._pool = pool
+        self._dirs: list[RunDirs] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, dirs: RunDirs) -> None:
+        self._dirs.append(dirs)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.DELAY_S, self._empty)
+
+    def _empty(self) -> None:
+        self._timer = None
+        batch, self._dirs = self._dirs, []
+        asyncio.get_running_loop().run_in_executor(self._pool, remove_runs, batch)
+
+    def close(self) -> None:
+        """Remove what is still waiting, now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._dirs = self._dirs, []
+        remove_runs(batch)
+
+
+def remove_runs(batch: list[RunDirs]) -> None:
+    for dirs in batch:
+        if not remove_if_empty(dirs):
+            remove(dirs.root)

@@ -143,6 +143,7 @@ class JobHost:
         self._lease = (0.0, 0.0)  # until, grace: the last renewal
         # Pooled, for inputs and outputs only: a job with neither needs no thread at all.
         self._threads = ThreadPoolExecutor(slots + 2, thread_name_prefix="rbs-job")
+        self._trash = jobfiles.Trash(self._threads)
 
     # ------------------------------------------------------------------ the supervisor
 
@@ -292,6 +293,7 @@ class JobHost:
             if leave_running and run.task is not None:
                 run.task.cancel()
         self.supervisor.close()
+        self._trash.close()
         self._threads.shutdown(wait=False)
 
     def _accept(self, lease: JobLeaseInfo) -> None:
@@ -467,12 +469,11 @@ class JobHost:
         if self.supervisor.connected:
             self.supervisor.send(Forget(lease_id=run.lease_id))
         run.close()
-        asyncio.get_running_loop().run_in_executor(self._threads, jobfiles.remove, run.dirs.root)
+        self._trash.add(run.dirs)
 
     def _maybe_forget(self, run: LeaseRun) -> None:
         """Drop a reported run once every log line is acknowledged (or nothing is left
-        to acknowledge): the supervisor forgets it; its folder goes, on a thread if
-        the job left files."""
+        to acknowledge): the supervisor forgets it; its folder goes (`jobfiles.Trash`)."""
         if run.finished is None or not run.finished_acked:
             return
         if run.shipper is not None and not run.shipper.all_acked:
@@ -484,10 +485,7 @@ class JobHost:
         if run.exited is not None and self.supervisor.connected:
             self.supervisor.send(Forget(lease_id=run.lease_id))
         run.close()
-        if not jobfiles.remove_if_empty(run.dirs):
-            asyncio.get_running_loop().run_in_executor(
-                self._threads, jobfiles.remove, run.dirs.root
-            )
+        self._trash.add(run.dirs)  # on a thread, with other runs' folders
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -300,10 +300,10 @@ def _plain(value: Any) -> Any:
         names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(value))
     if names is not None:
         return {n: _plain(getattr(value, n)) for n in names}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, Mapping):  # an environment: strings, no call per value
+        return {k: v if type(v) is str else _plain(v) for k, v in value.items()}
     if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
+        return [v if type(v) is str else _plain(v) for v in value]
     return value
 
 
