@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,15 @@ def _new(cls: type[Any], values: tuple[Any, ...]) -> Any:
 
 
 def _reduce(self: Any) -> tuple[Any, ...]:
-    return (_new, (type(self), tuple(getattr(self, n) for n in type(self).__slots__)))
+    cls = type(self)
+    get = _GETTERS.get(cls)
+    if get is None:
+        # attrgetter of several names returns their values as one tuple, in C.
+        get = _GETTERS[cls] = operator.attrgetter(*cls.__slots__)
+    return (_new, (cls, get(self)))
+
+
+_GETTERS: dict[type[Any], Callable[[Any], tuple[Any, ...]]] = {}
 
 
 # Generated files live under the same exec-root-relative folder as in Bazel, so that

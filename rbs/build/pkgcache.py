@@ -1,8 +1,8 @@
 """The analysis kept per package and configuration, so an edit re-analyses only what it reaches.
 
 A build that missed the whole-request cache (`state.load_cached_analysis_with_deps`)
-still finds here, per configuration of the build (`BuildConfig.key`), two tables from
-earlier builds:
+still finds here, per configuration of the build (`BuildConfig.key`), what earlier
+builds recorded (one file per package, see `AnalysisCache`):
 
 - packages: for each loaded package, the files its loading read (its BUILD file, every
   module it loaded, transitively, and the folders its globs listed) with their stat data
@@ -23,25 +23,26 @@ is restored without loading its package or running its implementation. So an edi
 BUILD file re-analyses that package's targets and their reverse dependencies; an edit to
 a `.bzl` file loaded by many packages, all of them.
 
-The whole table is dropped when what every analysis reads changes: the rbs version, the
+Everything is dropped when what every analysis reads changes: the rbs version, the
 `rbs/build` modules, the workspace's root files, or the set of packages (a new BUILD file
 changes which package owns a path). Aspects are the one thing not kept: their results
-are shared between the targets that apply them, so a build that applied one saves no
-table, and the next one analyses everything, as before.
+are shared between the targets that apply them, so a build that applied one saves
+nothing; it still restores what is clean.
 """
 
 from __future__ import annotations
 
 import pickle
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rbs import __version__
-from rbs.build.graph import ActionSpec, TargetInfo
+from rbs.build.graph import ActionSpec, TargetInfo, _reduce
 from rbs.build.labels import Label
-from rbs.build.state import StatKey, content_key, stat_key
+from rbs.build.state import StatKey, _no_gc, content_key, stat_key
 
 FORMAT = 1
 Key = tuple[str, Label]  # (configuration, label)
@@ -50,6 +51,7 @@ FileDep = tuple[str, StatKey | None, str | None]  # absolute path, stat data, co
 
 @dataclass(frozen=True, slots=True)
 class PackageRecord:
+    __reduce__ = _reduce
     stamp: int
     files: tuple[FileDep, ...]
     loads: tuple[tuple[str, int], ...]  # packages read while loading it, with their stamps
@@ -59,6 +61,7 @@ class PackageRecord:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
+    __reduce__ = _reduce
     stamp: int
     package: tuple[str, int]
     info: TargetInfo
@@ -124,17 +127,21 @@ def _file_dep(path: str) -> FileDep:
 
 
 class AnalysisCache:
-    """The per-package tables of one workspace and configuration (see the module doc)."""
+    """The per-package tables of one workspace and configuration (see the module doc).
+
+    On disk, a folder per configuration: `index.pickle` (the build number, the files
+    every analysis reads and the package list) and one file per package (its record
+    and its entries), read when first needed and written only when it changed."""
 
     def __init__(self, root: Path, config_key: str, global_files: Iterable[str]) -> None:
         import hashlib
 
         name = hashlib.sha256(f"{__version__}\0{config_key}".encode()).hexdigest()[:24]
-        self.path = root / ".rbs" / "state" / f"packages-{name}.pickle"
+        self.dir = root / ".rbs" / "state" / f"packages-{name}"
         self.global_files = sorted(set(global_files))
         self.stamp = 1
-        self.old_packages: dict[str, PackageRecord] = {}
-        self.old_entries: dict[Key, Entry] = {}
+        self._valid = False  # whether the folder's package files may be read
+        self._shards: dict[str, tuple[PackageRecord | None, dict[Key, Entry]]] = {}
         self.packages: dict[str, PackageRecord] = {}  # what this build keeps
         self.entries: dict[Key, Entry] = {}
         self.package_list: tuple[str, ...] | None = None
@@ -150,28 +157,62 @@ class AnalysisCache:
     # -- reading ----------------------------------------------------------------------
 
     def load(self, package_list: list[str]) -> None:
-        """Read the tables; none when the file is missing, corrupt or of another world."""
+        """Read the index. When it is missing, corrupt or of another world, the package
+        files are removed: build numbers start again, and no old record may match one."""
         self.package_list = tuple(package_list)
         try:
-            with open(self.path, "rb") as f:
-                data = pickle.load(f)
-            fmt, stamp, globs, pkg_list, packages, entries = data
+            with open(self.dir / "index.pickle", "rb") as f:
+                fmt, stamp, globs, pkg_list = pickle.load(f)
+            if fmt != FORMAT or not isinstance(stamp, int) or not isinstance(globs, tuple):
+                raise ValueError("another format")
         except Exception:  # a torn, corrupt or foreign file is no cache
-            return
-        if fmt != FORMAT or not isinstance(stamp, int):
+            shutil.rmtree(self.dir, ignore_errors=True)
             return
         self.stamp = stamp + 1
-        if pkg_list != self.package_list or not isinstance(globs, tuple):
-            return
-        if [g[0] for g in globs] != self.global_files or not all(self._file_ok(g) for g in globs):
-            return
         if (
-            isinstance(packages, dict)
-            and isinstance(entries, dict)
-            and all(isinstance(r, PackageRecord) for r in packages.values())
-            and all(isinstance(e, Entry) for e in entries.values())
+            pkg_list != self.package_list
+            or [g[0] for g in globs] != self.global_files
+            or not all(self._file_ok(g) for g in globs)
         ):
-            self.old_packages, self.old_entries = packages, entries
+            # Another package set or another rbs: every record may be wrong, visited by
+            # this build or not. The build number goes on from the index's.
+            for p in self.dir.glob("*.pickle"):
+                if p.name != "index.pickle":
+                    p.unlink(missing_ok=True)
+            return
+        self._valid = True
+
+    def _shard(self, package: str) -> tuple[PackageRecord | None, dict[Key, Entry]]:
+        got = self._shards.get(package)
+        if got is None:
+            got = (None, {})
+            if self._valid:
+                try:
+                    with _no_gc(), open(self._shard_path(package), "rb") as f:
+                        fmt, name, rec, entries = pickle.load(f)
+                    if (
+                        fmt == FORMAT
+                        and name == package
+                        and isinstance(rec, PackageRecord)
+                        and isinstance(entries, dict)
+                        and all(isinstance(e, Entry) for e in entries.values())
+                    ):
+                        got = (rec, entries)
+                except Exception:  # missing, torn or foreign: nothing kept for it
+                    pass
+            self._shards[package] = got
+        return got
+
+    def _shard_path(self, package: str) -> Path:
+        import hashlib
+
+        return self.dir / (hashlib.sha256(package.encode()).hexdigest()[:32] + ".pickle")
+
+    def _old_record(self, package: str) -> PackageRecord | None:
+        return self._shard(package)[0]
+
+    def _old_entry(self, key: Key) -> Entry | None:
+        return self._shard(key[1].package)[1].get(key)
 
     def _file_ok(self, dep: FileDep) -> bool:
         path, key, content = dep
@@ -185,7 +226,7 @@ class AnalysisCache:
     def package_clean(self, name: str) -> bool:
         ok = self._checks.packages.get(name)
         if ok is None:
-            rec = self.old_packages.get(name)
+            rec = self._old_record(name)
             self._checks.packages[name] = False  # a loop of loads is no proof
             ok = rec is not None and all(self._file_ok(f) for f in rec.files)
             ok = ok and all(self._stamped(p, s) for p, s in rec.loads)  # type: ignore[union-attr]
@@ -193,12 +234,12 @@ class AnalysisCache:
         return ok
 
     def _stamped(self, package: str, stamp: int) -> bool:
-        rec = self.old_packages.get(package)
+        rec = self._old_record(package)
         return rec is not None and rec.stamp == stamp and self.package_clean(package)
 
     def clean(self, key: Key) -> Entry | None:
         """The entry of `key` if it and everything it read are unchanged, else None."""
-        e = self.old_entries.get(key)
+        e = self._old_entry(key)
         if e is None:
             return None
         ok = self._checks.entries.get(key)
@@ -216,22 +257,21 @@ class AnalysisCache:
     def _edge_ok(self, config: str, label: Label, stamp: int) -> bool:
         if stamp < 0:
             return True  # not kept (rbs's own @bazel_tools targets): made again each time
-        e = self.old_entries.get((config, label))
+        e = self._old_entry((config, label))
         return e is not None and e.stamp == stamp and self.clean((config, label)) is not None
 
     def summary(self, package: str) -> PackageRecord | None:
         """What pattern expansion needs of a clean package, without loading it."""
-        if self.package_clean(package):
-            return self.old_packages[package]
-        return None
+        return self._old_record(package) if self.package_clean(package) else None
 
     # -- writing ----------------------------------------------------------------------
 
     def keep_restored(self, key: Key, entry: Entry) -> None:
         self.entries[key] = entry
         for pkg in (entry.package[0], *(p for p, _ in entry.packages)):
-            if pkg not in self.packages:
-                self.packages[pkg] = self.old_packages[pkg]
+            rec = self._old_record(pkg)
+            if pkg not in self.packages and rec is not None:
+                self.packages[pkg] = rec
                 self.visited.add(pkg)
 
     def package_stamp(self, name: str) -> int:
@@ -242,7 +282,7 @@ class AnalysisCache:
         self, name: str, files: Iterable[str], loads: Iterable[str], pkg: Any
     ) -> None:
         """A package loaded by this build; it keeps its old stamp if nothing changed."""
-        old = self.old_packages.get(name)
+        old = self._old_record(name)
         stamp = old.stamp if old is not None and self.package_clean(name) else self.stamp
         self.visited.add(name)
         self.packages[name] = PackageRecord(
@@ -273,34 +313,26 @@ class AnalysisCache:
             self.record_package(name, files, loader.deps.packages.get(name, ()), pkg)
 
     def save(self) -> None:
-        """Write the tables: restored entries as they were, `fresh` ones with the stamps
-        of what their edges name now."""
-        packages = {
-            n: PackageRecord(
-                stamp=r.stamp,
-                files=r.files,
-                loads=tuple((p, self.package_stamp(p)) for p, _ in r.loads),
-                targets=r.targets,
-                outputs=r.outputs,
-            )
-            if any(s < 0 for _, s in r.loads)
-            else r
-            for n, r in self.packages.items()
-        }
-        for n, r in self.old_packages.items():
-            packages.setdefault(n, r)  # unvisited: checked by its files when next used
-        self.packages = packages
-        fresh = self.fresh
-        for key, (e, _) in fresh.items():
+        """Write the index, then the file of every package this build loaded or
+        analysed afresh: its record, the entries it kept that are still of that record,
+        and the fresh ones with the stamps of what their edges name now."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        globs = tuple(_file_dep(g) for g in self.global_files)
+        # The index first: a crash before the package files leaves the build number
+        # ahead of them, never behind (a number used twice could match a stale edge).
+        _save_raw(self.dir / "index.pickle", (FORMAT, self.stamp, globs, self.package_list))
+        for key, (e, _) in self.fresh.items():
             self.entries[key] = e
-        for key, (e, edges) in fresh.items():
+        changed: dict[str, dict[Key, Entry]] = {}
+        for key, (e, edges) in self.fresh.items():
             stamped = tuple(
                 (c, lab, self.entries[(c, lab)].stamp if (c, lab) in self.entries else -1)
                 for c, lab in edges
             )
-            self.entries[key] = Entry(
+            pkg = e.package[0]
+            entry = Entry(
                 stamp=e.stamp,
-                package=(e.package[0], self.package_stamp(e.package[0])),
+                package=(pkg, self.package_stamp(pkg)),
                 info=e.info,
                 plain=e.plain,
                 actions=e.actions,
@@ -308,15 +340,24 @@ class AnalysisCache:
                 packages=tuple((p, self.package_stamp(p)) for p, _ in e.packages),
                 source=e.source,
             )
-        # Old entries this build did not visit stay while their package is still the one
-        # they were made from; their edges are checked by stamp when next used.
-        for key, e in self.old_entries.items():
-            if key not in self.entries and self.package_stamp(e.package[0]) == e.package[1]:
-                self.entries[key] = e
-        globs = tuple(_file_dep(g) for g in self.global_files)
-        value = (FORMAT, self.stamp, globs, self.package_list, packages, self.entries)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        _save_raw(self.path, value)
+            self.entries[key] = entry
+            changed.setdefault(pkg, {})[key] = entry
+        fresh_records = {n for n in self.packages if self._old_record(n) is not self.packages[n]}
+        for name in fresh_records | set(changed):
+            rec = self.packages.get(name)
+            if rec is None:
+                continue  # not recorded (a select() matched nothing): never clean
+            if any(s < 0 for _, s in rec.loads):
+                rec = PackageRecord(
+                    stamp=rec.stamp,
+                    files=rec.files,
+                    loads=tuple((p, self.package_stamp(p)) for p, _ in rec.loads),
+                    targets=rec.targets,
+                    outputs=rec.outputs,
+                )
+            kept = {k: e for k, e in self._shard(name)[1].items() if e.package[1] == rec.stamp}
+            kept.update(changed.get(name, {}))
+            _save_raw(self._shard_path(name), (FORMAT, name, rec, kept))
 
     def used_files(self) -> set[str]:
         """Every file and folder the kept packages read (for the whole-request cache)."""

@@ -10,12 +10,14 @@ the standard library and blake3 so that the check stays cheap.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import itertools
 import os
 import pickle
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,11 +181,23 @@ def load_cached_analysis_with_deps(root: Path, request: str) -> tuple[list[str],
 
     A path whose stat data changed is compared by content (`content_key`), so a
     touched or rewritten but equal BUILD file, or a folder whose entries came back
-    as they were, keeps the cache."""
-    value = _load(root / ".rbs" / "state" / f"analysis-{request}.pickle")
-    if not isinstance(value, tuple) or len(value) != 2 or not isinstance(value[0], tuple):
-        return None
-    deps, payload = value
+    as they were, keeps the cache. The file holds two pickles, the paths first, so a
+    miss never reads the graph."""
+    path = root / ".rbs" / "state" / f"analysis-{request}.pickle"
+    with _no_gc():
+        try:
+            with open(path, "rb") as f:
+                head = pickle.load(f)
+                deps = head.get("deps") if isinstance(head, dict) else None
+                if head.get("format") != FORMAT or not isinstance(deps, tuple):
+                    return None
+                paths = _unchanged(root, deps)
+                return None if paths is None else (paths, pickle.load(f))
+        except Exception:  # a corrupt or foreign file is no cache: it is rebuilt
+            return None
+
+
+def _unchanged(root: Path, deps: tuple[Any, ...]) -> list[str] | None:
     paths: list[str] = []
     for dep in deps:
         if not (isinstance(dep, tuple) and len(dep) == 3 and isinstance(dep[0], str)):
@@ -193,12 +207,35 @@ def load_cached_analysis_with_deps(root: Path, request: str) -> tuple[list[str],
         if stat_key(full) != key and content_key(full) != content:
             return None
         paths.append(p)
-    return paths, payload
+    return paths
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a large pickle loads: it makes only new
+    objects that are kept, and the collector would walk them again and again."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def save_analysis(root: Path, request: str, deps: Iterable[str], payload: Any) -> None:
     rec = tuple((p, stat_key(root / p), content_key(root / p)) for p in sorted(set(deps)))
-    _save(root / ".rbs" / "state" / f"analysis-{request}.pickle", (rec, payload))
+    path = root / ".rbs" / "state" / f"analysis-{request}.pickle"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump({"format": FORMAT, "deps": rec}, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def content_key(path: Path) -> str | None:

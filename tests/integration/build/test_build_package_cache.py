@@ -127,17 +127,36 @@ def test_a_new_package_re_analyses_everything(root: Path) -> None:
     assert out(root, "new/n.out") == "n\n"
 
 
-def test_a_corrupt_cache_file_is_ignored(root: Path) -> None:
-    tables = list((root / ".rbs/state").glob("packages-*.pickle"))
+@pytest.mark.parametrize("which", ["index", "package"])
+def test_a_corrupt_cache_file_is_ignored(root: Path, which: str) -> None:
+    tables = list((root / ".rbs/state").glob("packages-*"))
     assert len(tables) == 1
-    tables[0].write_bytes(b"\x80\x05not a pickle at all")
+    files = sorted(tables[0].glob("*.pickle"))
+    assert len(files) == 7  # the index and six packages
     edit(root, "other/BUILD", "echo other", "echo another")
+    for p in files:  # the index alone (then nothing is read), or every package's file
+        if (p.name == "index.pickle") == (which == "index"):
+            p.write_bytes(b"\x80\x05not a pickle at all")
     r = build(root)
     assert r.ok and (r.analysed, r.restored) == (TOTAL, 0)
     assert out(root, "other/o2.out") == "another\n"
     edit(root, "other/BUILD", "echo another", "echo other")
-    r = build(root)  # the table written again serves the next build
+    r = build(root)  # the tables written again serve the next build
     assert r.ok and (r.analysed, r.restored) == (2, TOTAL - 2)
+
+
+def test_one_corrupt_package_file_re_analyses_that_package_and_its_dependents(
+    root: Path,
+) -> None:
+    from rbs.build.driver import package_cache
+
+    cache = package_cache(root, BuildConfig())
+    cache._shard_path("lib").write_bytes(b"")
+    edit(root, "other/BUILD", "echo other", "echo another")  # so the request cache misses
+    r = build(root)
+    # lib's two targets, app's two, and other's two (edited).
+    assert r.ok and (r.analysed, r.restored) == (6, TOTAL - 6)
+    assert out(root, "app/a2.out") == "lib\none\nlib\none\n"
 
 
 def test_a_narrow_request_keeps_the_rest_for_a_wide_one(root: Path) -> None:
