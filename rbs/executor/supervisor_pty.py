@@ -12,9 +12,11 @@ The supervisor keeps the master alone (the slave closed once the job holds it, s
 read gives EIO once every process of the job has closed it: the end of output). The
 master is read in the supervisor's one poll loop like a pipe: each chunk goes raw to
 the daemon (an `Output` event, for attached clients) and, split at newlines, into the
-log, each line as the terminal was left showing it (`_uncr`). Input goes to a dup of the master through a
-`PtyFeed`, non-blocking with the stdin feed's bounded buffer; `Input.winsize` sets the
-window size (TIOCSWINSZ on the master: the kernel sends the job SIGWINCH).
+log, each line as the terminal was left showing it (`_uncr`). Input goes to a dup of
+the master through a `PtyFeed`, non-blocking with the stdin feed's bounded buffer;
+`Input.winsize` sets the window size (TIOCSWINSZ on the master: the kernel sends the
+job SIGWINCH), and sends SIGWINCH itself when the size is unchanged, so each client
+that attaches (it says its size first) gets the screen redrawn.
 Standard library only (the supervisor starts fast).
 """
 
@@ -23,7 +25,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import grp
 import os
+import signal
 import struct
 import termios
 from collections.abc import Callable, Sequence
@@ -87,7 +91,7 @@ def stdio(pty: bool, go_r: int, shim: str, uid: int | None) -> Stdio:
     try:
         set_winsize(master, *DEFAULT_WINSIZE)
         if uid is not None:  # its terminal is its own, as a login's is
-            os.fchown(slave, uid, -1)
+            own_terminal(slave, uid)
         name = os.ttyname(slave)
     except OSError:
         os.close(master)
@@ -106,6 +110,28 @@ def set_winsize(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
+def own_terminal(slave: int, uid: int) -> None:
+    """The slave as a login's terminal is: the run's uid, the tty group, mode 0620, so
+    the job (running as `uid`) can open it by name or as /dev/tty."""
+    try:
+        gid = grp.getgrnam("tty").gr_gid
+    except KeyError:
+        gid = -1
+    os.fchown(slave, uid, gid)
+    os.fchmod(slave, 0o620)
+
+
+def redraw(fd: int, rows: int, cols: int) -> None:
+    """Set the window size; when it is unchanged (the kernel then sends nothing) send
+    SIGWINCH to the terminal's foreground process group all the same, so a program on
+    it redraws for the client that (re)attached, as ssh and tmux users expect."""
+    same = get_winsize(fd) == (rows, cols)
+    set_winsize(fd, rows, cols)
+    if same:
+        with contextlib.suppress(OSError):  # no foreground group (yet, or any more)
+            os.killpg(os.tcgetpgrp(fd), signal.SIGWINCH)
+
+
 def get_winsize(fd: int) -> tuple[int, int]:
     rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
     return rows, cols
@@ -122,7 +148,7 @@ class PtyFeed(StdinFeed):
     def feed(self, data_b64: str, eof: bool, winsize: Sequence[int] | None = None) -> None:
         if winsize is not None and self.fd is not None and len(winsize) == 2:
             with contextlib.suppress(OSError, OverflowError, struct.error):
-                set_winsize(self.fd, int(winsize[0]), int(winsize[1]))
+                redraw(self.fd, int(winsize[0]), int(winsize[1]))
         if eof:
             data_b64 = base64.b64encode(base64.b64decode(data_b64 or "") + b"\x04").decode()
         super().feed(data_b64, False)

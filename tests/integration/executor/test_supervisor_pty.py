@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -146,5 +147,37 @@ def test_eof_is_the_terminals_end_of_file_character(tmp_path: Path) -> None:
         assert ended is not None and ended.exit_code == 0
         assert ev.lines(lease)[-1] == "done"
         assert ev.lines(lease).count("one") == 2  # the echo, then cat's copy
+
+    _run(tmp_path, body)
+
+
+WINCH = (
+    "import os, signal, sys\n"
+    "def show(*_):\n"
+    "    cols, rows = os.get_terminal_size(0)\n"
+    "    print(f'redrawn {rows}x{cols}', flush=True)\n"
+    "signal.signal(signal.SIGWINCH, show)\n"
+    "print('drawn', flush=True)\n"
+    "sys.stdin.readline()\n"
+)
+
+
+def test_a_size_said_again_redraws_the_foreground_program(tmp_path: Path) -> None:
+    """Each client that attaches says its size first: unchanged, it still gets SIGWINCH."""
+    lease = "3.1.0"
+    (tmp_path / "winch.py").write_text(WINCH)
+    script = f"exec {sys.executable} {tmp_path / 'winch.py'}"
+
+    async def body(client: SupervisorClient, ev: Events) -> None:
+        client.send(StartRun(spec=_spec(tmp_path, lease, script)))
+        await _until("the first drawing", lambda: "drawn" in ev.lines(lease))
+        client.send(Input(lease_id=lease, winsize=(30, 100)))  # a new size: the kernel's
+        await _until("the resize", lambda: "redrawn 30x100" in ev.lines(lease))
+        client.send(Input(lease_id=lease, winsize=(30, 100)))  # the same: the supervisor's
+        await _until("the redraw", lambda: ev.lines(lease).count("redrawn 30x100") == 2)
+        client.send(Input(lease_id=lease, data=_b64(b"\r")))
+        await _until("the exit", lambda: ev.exited(lease))
+        ended = ev.exited(lease)
+        assert ended is not None and ended.exit_code == 0, ended
 
     _run(tmp_path, body)

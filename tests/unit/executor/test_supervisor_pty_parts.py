@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import grp
 import os
 
 import pytest
@@ -70,3 +71,16 @@ def test_a_manifest_asks_for_a_pty_only_with_interactive_and_no_container() -> N
         JobManifest(name="sh", command=("bash",), pty=True)
     with pytest.raises(ValueError, match="--pty does not work with --container"):
         JobManifest(name="sh", command=("bash",), interactive=True, pty=True, container="x:1")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a terminal to another uid needs root")
+def test_a_run_users_terminal_is_its_own_as_a_logins_is() -> None:
+    go_r, go_w = os.pipe()
+    io = stdio(True, go_r, "unused", 200123)
+    try:
+        st = os.stat(io.actions[0][2])
+        assert (st.st_uid, st.st_mode & 0o777) == (200123, 0o620)
+        assert st.st_gid == grp.getgrnam("tty").gr_gid
+    finally:
+        for fd in (*io.fds, go_r, go_w):
+            os.close(fd)
