@@ -110,6 +110,7 @@ class DiskStore(BatchableStore):
             if index
             else None
         )
+        self._journal = presence.Journal(str(self.root))  # used without an index
 
     def close(self) -> None:
         """Stop the index's threads (a store without an index holds none)."""
@@ -186,7 +187,7 @@ class DiskStore(BatchableStore):
             if self.index is not None:
                 self.index.added(digest.function, digest.hash, digest.size, time.time())
             else:  # for an index another process holds on this store, if any
-                presence.journal(str(self.root), digest.function, digest.hash, digest.size)
+                self._journal.added(digest.function, digest.hash, digest.size)
         # The bytes were hashed on their way in: no need to hash them again to serve them.
         with contextlib.suppress(OSError):
             self.known.add(final, st or os.stat(final))
@@ -445,7 +446,7 @@ class DiskStore(BatchableStore):
         at or after `lease_from`); see rbs.cas.presence."""
         if self.index is not None:  # a lease of 0 promises nothing
             return self.index.hide(fn, name, lease_from if self.lease > 0 else None)
-        presence.journal(str(self.root), fn, name)
+        self._journal.removing(fn, name)
         return True
 
     def evicted(self, fn: DigestFunction, name: str, *, removed: bool) -> None:

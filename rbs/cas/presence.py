@@ -24,7 +24,10 @@ blob under `blobs/<fn>/` with its size and last use, and answers from it alone:
   *before* it removes a blob, `<fn> <hash> <size>` after it wrote one). Each
   `find_missing` first reads what was appended since (one stat when nothing was): a
   removal drops the entry whatever the disk says, a write is added if its file is
-  there. Such a blob is never reported present after its removal began.
+  there. Such a blob is never reported present after its removal began. (A store looks
+  for the marker before every removal, but before a write at most once a second while
+  there is none: a write just after an index opened may be missed, which is a false
+  "missing", an upload.)
 - **Use tracking.** A blob's mtime is its last use (rbs.cas.disk). The index keeps the
   last use it knows per blob; a present blob whose last use is over `fresh_s` old is
   touched on disk by a background thread (the answer does not wait for it), and its
@@ -429,14 +432,33 @@ def _journal_start(path: str) -> tuple[int, int]:
     return max(0, size - (64 << 10)), size
 
 
-def journal(root: str, fn: DigestFunction, name: str, size: int | None = None) -> None:
-    """Note for an open index (another process's) that a blob of `root` is about to go
-    (`size` None) or was just written; nothing when no index is open on it."""
-    if not os.path.exists(f"{root}/{INDEXED}"):
-        return
-    line = f"{fn.value} {name}\n" if size is None else f"{fn.value} {name} {size}\n"
-    fd = os.open(f"{root}/{JOURNAL}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+class Journal:
+    """What a store without an index writes for an index another process holds on the
+    same folder (see the module docstring)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._none_until = 0.0  # no marker seen: writes skip the check until then
+
+    def removing(self, fn: DigestFunction, name: str) -> None:
+        """A blob is about to go: always checked, so no open index misses it."""
+        if os.path.exists(f"{self.root}/{INDEXED}"):
+            self._append(f"{fn.value} {name}\n")
+
+    def added(self, fn: DigestFunction, name: str, size: int) -> None:
+        """A blob was written. The marker is looked for at most once a second while
+        absent: a write an index misses is only reported missing (an upload)."""
+        now = time.monotonic()
+        if now < self._none_until:
+            return
+        if not os.path.exists(f"{self.root}/{INDEXED}"):
+            self._none_until = now + 1.0
+            return
+        self._append(f"{fn.value} {name} {size}\n")
+
+    def _append(self, line: str) -> None:
+        fd = os.open(f"{self.root}/{JOURNAL}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
