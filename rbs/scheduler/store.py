@@ -19,19 +19,16 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from rbs.model import TERMINAL_STATES, UNKNOWN_USER, JobState
+from rbs.model import TERMINAL_STATES, JobState
+from rbs.scheduler import store_rows as rows
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
 from rbs.scheduler.events import Event
 from rbs.scheduler.instructions import (
     Accepted,
     Instruction,
-    JobChange,
     JobRecord,
-    NodeRecord,
-    PoolRecord,
     SaveJob,
     SaveTask,
     SaveWorker,
@@ -40,7 +37,6 @@ from rbs.scheduler.instructions import (
 )
 from rbs.scheduler.journal_query import LISTING_INDEXES, JournalQuery
 from rbs.wire.errors import StorageFull
-from rbs.wire.manifest import manifest_from_json, manifest_to_json
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -110,6 +106,7 @@ class Store:
 
     def __init__(self, path: str | Path, *, durable: bool = True) -> None:
         self.path = Path(path)
+        self._rows = rows.RowCodec()
         self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
@@ -171,11 +168,11 @@ class Store:
         jobs, tasks, workers = [], [], []
         for ins in instructions:
             if isinstance(ins, SaveJob):
-                jobs.append(_job_row(ins.record, now))
+                jobs.append(self._rows.job_row(ins.record, now))
             elif isinstance(ins, SaveTask):
-                tasks.append(_task_row(ins.record))
+                tasks.append(rows.task_row(ins.record))
             elif isinstance(ins, SaveWorker):
-                workers.append((ins.record.worker_id, json.dumps(_worker_body(ins.record))))
+                workers.append((ins.record.worker_id, json.dumps(rows.worker_body(ins.record))))
         if not (jobs or tasks or workers or requests):
             return
         db = self._db
@@ -187,9 +184,12 @@ class Store:
                 "updated=excluded.updated",
                 jobs,
             )
-            db.executemany("INSERT OR REPLACE INTO tasks VALUES (?,?,?,?,?,?)", tasks)
-            db.executemany("INSERT OR REPLACE INTO workers VALUES (?,?)", workers)
-            db.executemany("INSERT OR IGNORE INTO requests VALUES (?,?)", requests)
+            if tasks:  # an empty executemany still costs a statement's round
+                db.executemany("INSERT OR REPLACE INTO tasks VALUES (?,?,?,?,?,?)", tasks)
+            if workers:
+                db.executemany("INSERT OR REPLACE INTO workers VALUES (?,?)", workers)
+            if requests:
+                db.executemany("INSERT OR IGNORE INTO requests VALUES (?,?)", requests)
             db.execute("COMMIT")
         except BaseException as e:
             # SQLite may have rolled back already (it does on SQLITE_FULL): a second
@@ -209,20 +209,20 @@ class Store:
     def load(self, where: str = "") -> tuple[list[JobRecord], list[TaskRecord], list[WorkerRecord]]:
         """Every job (or those `where` selects), the active runs, and every worker."""
         jobs = [
-            _job_record(*row)
+            rows.job_record(*row)
             for row in self._db.execute(
                 "SELECT id, manifest, provenance, submit_time, state, reason, body FROM jobs "
                 f"{where} ORDER BY id"
             )
         ]
         tasks = [
-            _task_record(*row)
+            rows.task_record(*row)
             for row in self._db.execute(
                 "SELECT job_id, idx, attempt, state, active, body FROM tasks WHERE active = 1"
             )
         ]
         workers = [
-            _worker_record(wid, body)
+            rows.worker_record(wid, body)
             for wid, body in self._db.execute("SELECT id, body FROM workers")
         ]
         return jobs, tasks, workers
@@ -282,7 +282,7 @@ class Store:
             "WHERE id = ?",
             (job_id,),
         ).fetchone()
-        return None if row is None else _job_record(*row)
+        return None if row is None else rows.job_record(*row)
 
     def task_history(
         self, job_id: int, index: int | None = None, limit: int = -1
@@ -295,7 +295,7 @@ class Store:
             sql += " AND idx = ?"
             args = (job_id, index)
         return [
-            _task_record(*row)
+            rows.task_record(*row)
             for row in self._db.execute(sql + " ORDER BY idx, attempt LIMIT ?", (*args, limit))
         ]
 
@@ -310,182 +310,3 @@ class Store:
 def _is_full(e: sqlite3.Error) -> bool:
     code = getattr(e, "sqlite_errorcode", None)
     return code == sqlite3.SQLITE_FULL or "database or disk is full" in str(e)
-
-
-# ---- row codecs
-
-
-def _job_row(r: JobRecord, now: float) -> tuple[Any, ...]:
-    body = {
-        "eligible_time": r.eligible_time,
-        "time_limit": r.time_limit,
-        "start_time": r.start_time,
-        "end_time": r.end_time,
-        "exit_code": r.exit_code,
-        "attempts": r.attempts,
-        "workers": list(r.workers),
-        "signal": r.signal,
-        "oom": r.oom,
-        "peak_memory_bytes": r.peak_memory_bytes,
-        "user": r.user,
-        "parent": r.parent,
-        "changes": [[c.action, c.by, c.at] for c in r.changes],
-        "pool": {
-            "range_i": r.pool.range_i,
-            "next_value": r.pool.next_value,
-            "retry": [list(t) for t in r.pool.retry],
-            "skipped": list(r.pool.skipped),
-            "counts": [list(c) for c in r.pool.counts],
-        },
-    }
-    return (
-        r.job_id,
-        r.manifest.name,
-        r.manifest.queue,
-        manifest_to_json(r.manifest),
-        json.dumps(r.provenance),
-        r.submit_time,
-        r.state.value,
-        r.reason,
-        json.dumps(body),
-        now,
-    )
-
-
-def _job_record(
-    job_id: int,
-    manifest: str,
-    provenance: str,
-    submit_time: float,
-    state: str,
-    reason: str | None,
-    body: str,
-) -> JobRecord:
-    b = json.loads(body)
-    p = b["pool"]
-    return JobRecord(
-        job_id=job_id,
-        manifest=manifest_from_json(manifest),
-        provenance=tuple((k, v) for k, v in json.loads(provenance)),
-        submit_time=submit_time,
-        eligible_time=b["eligible_time"],
-        time_limit=b["time_limit"],
-        state=JobState(state),
-        reason=reason,
-        start_time=b["start_time"],
-        end_time=b["end_time"],
-        exit_code=b["exit_code"],
-        pool=PoolRecord(
-            range_i=p["range_i"],
-            next_value=p["next_value"],
-            # Rows of an older journal have no restart count: none were counted then.
-            retry=tuple((t[0], t[1], t[2], t[3] if len(t) > 3 else 0) for t in p["retry"]),
-            skipped=tuple(p["skipped"]),
-            counts=tuple((s, n) for s, n in p["counts"]),
-        ),
-        attempts=b["attempts"],
-        workers=tuple(b["workers"]),
-        signal=b["signal"],
-        oom=b["oom"],
-        peak_memory_bytes=b["peak_memory_bytes"],
-        # Rows written before jobs had owners have none of these three.
-        user=b.get("user", UNKNOWN_USER),
-        parent=b.get("parent"),
-        changes=tuple(JobChange(action=a, by=u, at=t) for a, u, t in b.get("changes", ())),
-    )
-
-
-def _task_row(r: TaskRecord) -> tuple[Any, ...]:
-    body = {
-        "nodes": [
-            [
-                n.rank,
-                n.worker_id,
-                n.cpu_millis,
-                n.memory_bytes,
-                list(n.gpus),
-                n.master_port,
-                n.exited,
-            ]
-            for n in r.nodes
-        ],
-        "start_time": r.start_time,
-        "confirmed_time": r.confirmed_time,
-        "deadline": r.deadline,
-        "end_time": r.end_time,
-        "ending": r.ending,
-        "retries_used": r.retries_used,
-        "restarts_used": r.restarts_used,
-        "reason": r.reason,
-        "exit_code": r.exit_code,
-        "signal": r.signal,
-        "oom": r.oom,
-        "peak_memory_bytes": r.peak_memory_bytes,
-    }
-    idx = -1 if r.index is None else r.index
-    return (r.job_id, idx, r.attempt, r.state.value, int(r.active), json.dumps(body))
-
-
-def _task_record(
-    job_id: int, idx: int, attempt: int, state: str, active: int, body: str
-) -> TaskRecord:
-    b = json.loads(body)
-    return TaskRecord(
-        job_id=job_id,
-        index=None if idx < 0 else idx,
-        attempt=attempt,
-        state=JobState(state),
-        nodes=tuple(
-            NodeRecord(
-                rank=rank,
-                worker_id=wid,
-                cpu_millis=cpu,
-                memory_bytes=mem,
-                gpus=tuple(gpus),
-                master_port=port,
-                exited=exited,
-            )
-            for rank, wid, cpu, mem, gpus, port, exited in b["nodes"]
-        ),
-        start_time=b["start_time"],
-        confirmed_time=b["confirmed_time"],
-        deadline=b["deadline"],
-        end_time=b["end_time"],
-        ending=b["ending"],
-        retries_used=b["retries_used"],
-        restarts_used=b.get("restarts_used", 0),
-        reason=b.get("reason"),
-        exit_code=b["exit_code"],
-        signal=b["signal"],
-        oom=b["oom"],
-        peak_memory_bytes=b["peak_memory_bytes"],
-        active=bool(active),
-    )
-
-
-def _worker_body(r: WorkerRecord) -> dict[str, Any]:
-    return {
-        "hostname": r.hostname,
-        "address": r.address,
-        "cpu_millis": r.cpu_millis,
-        "memory_bytes": r.memory_bytes,
-        "gpus": list(r.gpus),
-        "job_slots": r.job_slots,
-        "master_ports": list(r.master_ports),
-        "alive": r.alive,
-    }
-
-
-def _worker_record(worker_id: str, body: str) -> WorkerRecord:
-    b = json.loads(body)
-    return WorkerRecord(
-        worker_id=worker_id,
-        hostname=b["hostname"],
-        address=b["address"],
-        cpu_millis=b["cpu_millis"],
-        memory_bytes=b["memory_bytes"],
-        gpus=tuple(b["gpus"]),
-        job_slots=b["job_slots"],
-        master_ports=(b["master_ports"][0], b["master_ports"][1]),
-        alive=b["alive"],
-    )
