@@ -23,7 +23,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -55,10 +55,12 @@ class EmbeddedCluster:
         *args: str,
         cwd: Path | None = None,
         timeout: float | None = None,
+        python: Sequence[str] = (),
     ) -> subprocess.CompletedProcess[str]:
-        """`python -m rbs ARGS` in `cwd` (default `home`), its output captured as text."""
+        """`python [PYTHON] -m rbs ARGS` in `cwd` (default `home`), its output captured as
+        text; `python` takes interpreter options, e.g. ("-X", "importtime")."""
         return subprocess.run(
-            [sys.executable, "-m", "rbs", *args],
+            [sys.executable, *python, "-m", "rbs", *args],
             env=self.env(home),
             cwd=cwd or home,
             capture_output=True,

@@ -9,13 +9,13 @@ rbs.client.local and the pathlib, subprocess and dataclasses it imports.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from embedded import EmbeddedCluster
 
 HEAVY = ("click", "grpc", "http.client", "rich", "argparse")
 # What a submit that stages nothing and names no secret does without: the socket
@@ -35,35 +35,17 @@ UNNEEDED = (
 STARTING = ("rbs.client.local", "subprocess", "pathlib", "dataclasses")
 
 
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RBS_REMOTE", "RBS_REMOTE_TOKEN")}
-    env["RBS_HOME"] = str(home)
-    return env
-
-
-def rbs(home: Path, *args: str, python: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *python, "-m", "rbs", *args],
-        env=_env(home),
-        cwd=home,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+CLUSTER = EmbeddedCluster()
+rbs = CLUSTER.rbs
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """RBS_HOME of an embedded local cluster, started by a first submit."""
-    home = tmp_path_factory.mktemp("rbs-home")
-    try:
+    with CLUSTER.running(tmp_path_factory) as home:
         r = rbs(home, "job", "submit", "--", "true")
         assert r.returncode == 0, r.stderr
         yield home
-    finally:
-        r = rbs(home, "remote", "down")
-        assert r.returncode == 0, r.stderr
 
 
 def imported(importtime_stderr: str) -> set[str]:
@@ -128,7 +110,7 @@ def test_the_installed_rbs_command_imports_nothing_before_rbs(home: Path) -> Non
         pytest.skip("no rbs command next to this Python (rbs is not installed in its environment)")
     r = subprocess.run(
         [sys.executable, "-X", "importtime", str(script), "job", "submit", "--", "true"],
-        env=_env(home),
+        env=CLUSTER.env(home),
         cwd=home,
         capture_output=True,
         text=True,
