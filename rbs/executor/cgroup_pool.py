@@ -12,7 +12,8 @@ the v1 peak is reset, cpu time and OOM kills count from a baseline); one that ca
 (a v2 group with the memory controller, whose peak has no reset for every reader, or
 a v1 group still charged with the page cache of files its job wrote) is removed.
 Pinned cores and I/O caps depend on the other runs, so such jobs get groups of their
-own. A fresh supervisor's sweep removes kept groups like any other (same scope);
+own; a container run's group is never kept (its engine made groups below it), nor one
+whose v2 group is still populated below it. A fresh supervisor's sweep removes kept groups like any other (same scope);
 `drain` removes them when the supervisor stops.
 """
 

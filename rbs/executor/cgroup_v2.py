@@ -99,10 +99,13 @@ class V2Cgroup(JobCgroup):
 
     def recycle(self) -> bool:
         """Without the memory controller only cpu time counts, from now on. With it, no:
-        memory.peak cannot be reset for every reader."""
+        memory.peak cannot be reset for every reader. Nor while a process lives in a
+        group below it (cgroup.procs lists only the group's own)."""
         if "memory" in self.controllers:
             return False
         try:
+            if self.populated():
+                return False
             self._base_usec = self._usec() or 0
         except CgroupError:
             return False

@@ -141,8 +141,7 @@ class HybridCgroup(JobCgroup):
             self.v1.remove()
 
     def recycle(self) -> bool:
-        # The v2 group's cpu time counts only where v1 has no cpuacct (`usage`).
-        return self.v1.recycle() and ("cpuacct" in self.v1.groups or self.v2.recycle())
+        return self.v2.recycle() and self.v1.recycle()
 
 
 class HybridBackend(CgroupBackend):

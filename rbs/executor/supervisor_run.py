@@ -385,7 +385,8 @@ class SupervisedRun:
         tracked = not isinstance(self.cgroup, NullCgroup)
         try:
             leftovers = len(self.cgroup.pids()) if tracked else len(procs.group_members(self.pid))
-            self._empty = tracked and not leftovers  # its cgroup may be kept for reuse
+            # Kept for reuse then; never a container's, whose engine made groups below it.
+            self._empty = tracked and not leftovers and self.spec.container is None
         except CgroupError:
             leftovers = 0
         if leftovers or not tracked:

@@ -66,6 +66,14 @@ def test_groups_left_with_processes_or_charged_memory_are_removed(tmp_path: Path
     cached.usage()
     pool.release(cached, empty=True)
     assert not cached.v2.path.exists() and pool.idle() == 0
+    below = pool.create("job-3", LIMITS)
+    assert isinstance(below, HybridCgroup)
+    _ran(below, cpu_ns=1)
+    below.usage()
+    # A process in a group the job made below its own: cgroup.procs does not list it.
+    (below.v2.path / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    pool.release(below, empty=True)
+    assert pool.idle() == 0
 
 
 def test_other_limits_pinning_and_a_full_pool_get_groups_of_their_own(tmp_path: Path) -> None:
