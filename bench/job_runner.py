@@ -14,6 +14,7 @@ LINES lines: lines spooled per second, and a `read_from` on that spool.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import tempfile
@@ -22,7 +23,8 @@ from pathlib import Path
 
 from rbs.executor.cgroup_base import CgroupBackend, NullBackend
 from rbs.executor.cgroup_pool import CgroupPool
-from rbs.executor.cgroups import detect
+from rbs.executor.cgroup_v2 import V2Backend
+from rbs.executor.cgroups import HybridBackend, detect
 from rbs.executor.joblog import LogSpool
 from rbs.executor.supervisor_proto import RunSpec
 from rbs.executor.supervisor_solo import SoloRun
@@ -55,6 +57,19 @@ def run_once(
     return time.perf_counter() - t, time.thread_time() - c
 
 
+def _remove_scope(backend: CgroupBackend) -> None:
+    """The bench's own scope folders, once their job groups are gone."""
+    if isinstance(backend, HybridBackend):
+        _remove_scope(backend.v1)
+        _remove_scope(backend.v2)
+        return
+    bases = [backend.base] if isinstance(backend, V2Backend) else []
+    bases += list(getattr(backend, "bases", {}).values())
+    for base in set(bases):
+        with contextlib.suppress(OSError):
+            base.rmdir()
+
+
 def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as d:
@@ -75,6 +90,7 @@ def main() -> None:
                 if isinstance(backend, CgroupPool):
                     backend.drain()
             inner.sweep()
+            _remove_scope(inner)
         backend = CgroupPool(detect(scope="bench-job-runner"))
         script = ("/bin/sh", "-c", f"seq {LINES}")
         times = [run_once(tmp, backend, script, 10_000 + i)[0] for i in range(3)]
@@ -84,6 +100,7 @@ def main() -> None:
             f"{LINES / best / 1000:.0f}k lines/s spooled"
         )
         backend.drain()
+        _remove_scope(backend.inner)
         with LogSpool(tmp / "run-10000" / "log.jsonl") as spool:
             reads = []
             for seq in (1, LINES // 2, LINES):
