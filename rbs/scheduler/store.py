@@ -181,7 +181,8 @@ class Store:
             db.executemany(
                 "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET "
                 "state=excluded.state, reason=excluded.reason, body=excluded.body, "
-                "updated=excluded.updated",
+                "updated=excluded.updated, queue=excluded.queue, "  # `rbs job update` changes
+                "manifest=excluded.manifest, provenance=excluded.provenance",  # these three
                 jobs,
             )
             if tasks:  # an empty executemany still costs a statement's round

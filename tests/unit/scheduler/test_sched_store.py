@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sqlite3
 from pathlib import Path
@@ -12,8 +13,8 @@ from sched_harness import manifest, starts, worker_up
 from rbs.model import JobState
 from rbs.scheduler.config import SchedulerConfig
 from rbs.scheduler.core import Scheduler
-from rbs.scheduler.events import RunRef, Submit, TaskExited, Tick
-from rbs.scheduler.instructions import Instruction, Start
+from rbs.scheduler.events import RunRef, Submit, TaskExited, Tick, Update
+from rbs.scheduler.instructions import Accepted, Instruction, Start
 from rbs.scheduler.sim import Outcome, Simulator
 from rbs.scheduler.store import Store, StoreError
 from rbs.wire.specs import parse_array, parse_dependencies
@@ -154,3 +155,20 @@ def test_journal_is_wal_and_fully_synchronous(tmp_path: Path) -> None:
     assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     store.close()
+
+
+def test_an_updated_pending_job_is_restored_as_updated(tmp_path: Path) -> None:
+    """`rbs job update` writes the new manifest: a restart keeps it, as does `show` of an
+    ended job (both read the journal's row)."""
+    store, sched, _, pending = _running_world(tmp_path / "j.db")
+    new = dataclasses.replace(
+        sched.job(pending).manifest, priority=-3, time_limit=300, begin_time=5000.0
+    )
+    out = sched.handle(Update(job_id=pending, manifest=new, by="alice", admin=False), 2.0)
+    assert any(isinstance(i, Accepted) for i in out)
+    store.apply(out, 2.0)
+    restored = Store(tmp_path / "j.db").restore(CONFIG, now=3.0, validate=True)
+    got = restored.job(pending)
+    assert (got.manifest.priority, got.manifest.time_limit) == (-3, 300)
+    assert got.manifest.begin_time == 5000.0
+    assert got.reason == "BeginTime"
