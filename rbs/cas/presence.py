@@ -238,6 +238,42 @@ class PresenceIndex:
             missing = list(dict.fromkeys(missing))
         return missing
 
+    def missing_of(self, fn: DigestFunction, hashes: list[str], sizes: list[int]) -> list[int]:
+        """`find_missing` for one function on plain lists (a server's request, with no
+        Digest made per entry): the positions of the missing ones, each (hash, size)
+        once, in the order asked. The caller has checked the hashes and sizes."""
+        self._read_journal()
+        missing: list[int] = []
+        now = int(time.time()) + 1
+        stale = now - self.fresh_s
+        touches: list[str] = []
+        prefix = self._prefixes[fn]
+        with self._lock:
+            t = self._tables[fn]
+            keys, sizes_, checks, used, mask = t.keys, t.sizes, t.checks, t.used, t.mask
+            for at, (h, size) in enumerate(zip(hashes, sizes, strict=True)):
+                if size == 0:
+                    continue
+                k = hash(h)
+                i = k & mask
+                while (kk := keys[i]) != k or sizes_[i] != size or checks[i] != int(h[:8], 16):
+                    if kk == -1:  # _EMPTY (see find_missing)
+                        i = -1
+                        break
+                    i = (i + 1) & mask
+                if i < 0:
+                    missing.append(at)
+                elif used[i] < stale:
+                    used[i] = now
+                    touches.append(f"{prefix}{h[:2]}/{h}")
+            if touches:
+                self._touches.extend(touches)
+                self._touch_wake.notify()
+        if len({hashes[i] for i in missing}) < len(missing):
+            firsts = {(hashes[i], sizes[i]): i for i in reversed(missing)}
+            missing = sorted(firsts.values())
+        return missing
+
     def holds(self, digest: Digest) -> bool:
         """Whether the index has the blob with this size (for tests and the audit)."""
         with self._lock:

@@ -20,7 +20,7 @@ from typing import Any
 
 from rbs.cas.disk import DiskStore
 from rbs.cas.eviction import GcResult, Pinning
-from rbs.model import Digest
+from rbs.model import Digest, DigestFunction
 
 
 class CountingDiskStore(DiskStore):
@@ -43,6 +43,19 @@ class CountingDiskStore(DiskStore):
         asked = digests if isinstance(digests, list | tuple) else list(digests)
         missing = super().find_missing(asked)  # each missing digest once, in asked order
         distinct = len({d.hash for d in asked if d.size})
+        with self._count_lock:
+            self.lookup_misses += len(missing)
+            self.lookup_hits += distinct - len(missing)
+        return missing
+
+    def missing_of(
+        self, fn: DigestFunction, hashes: list[str], sizes: list[int]
+    ) -> list[int] | None:
+        """The index's `missing_of`, counted; None while the index is not ready."""
+        if self.index is None or not self.index.ready.is_set():
+            return None
+        missing = self.index.missing_of(fn, hashes, sizes)
+        distinct = len({h for h, size in zip(hashes, sizes, strict=True) if size})
         with self._count_lock:
             self.lookup_misses += len(missing)
             self.lookup_hits += distinct - len(missing)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -26,6 +26,7 @@ from rbs.cas.digests import add_digests
 from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch
 from rbs.cas.store import BlobStore
 from rbs.model import Digest, DigestFunction
+from rbs.server.cas_metrics import CountingDiskStore
 from rbs.server.instances import Instances
 from rbs.wire.errors import InvalidRequest, NotFound, code_of, rpc_errors, status_of
 from rbs.wire.reapi import (
@@ -68,6 +69,25 @@ def decompress_exact(data: bytes, digest: Digest) -> bytes:
     return bytes(out)
 
 
+def _missing_of(
+    store: CountingDiskStore, fn: DigestFunction, pbs: Sequence[re_pb2.Digest]
+) -> tuple[list[str], list[int]] | None:
+    """The missing (hashes, sizes) of a FindMissingBlobs request, from the index; None
+    when the index is not ready or an entry is malformed (the Digest path then answers,
+    with the error naming the entry)."""
+    hashes = [d.hash for d in pbs]
+    sizes = [d.size_bytes for d in pbs]
+    # Every hash 64 lowercase hex characters, checked in C: what is left once the hex
+    # digits are deleted must be nothing (anything else, non-ASCII included, is not).
+    other = "".join(hashes).encode("ascii", "replace").translate(None, b"0123456789abcdef")
+    if other or set(map(len, hashes)) != {64} or min(sizes) < 0:
+        return None
+    at = store.missing_of(fn, hashes, sizes)
+    if at is None:
+        return None
+    return [hashes[i] for i in at], [sizes[i] for i in at]
+
+
 def get_message(store: BlobStore, digest: Digest, msg: M, what: str) -> M:
     """Read and parse a stored message; a blob of another kind is InvalidRequest."""
     try:
@@ -94,12 +114,22 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         first = request.blob_digests[0] if request.blob_digests else None
         fn = request_function(request.digest_function, first)
         self.instances.check_function(fn)
+        response = re_pb2.FindMissingBlobsResponse()
+        if len(request.blob_digests) > _INLINE_DIGESTS and isinstance(
+            self.store, CountingDiskStore
+        ):
+            # From the store's index straight off the message: no Digest per entry.
+            found = await asyncio.to_thread(_missing_of, self.store, fn, request.blob_digests)
+            if found is not None:
+                add = response.missing_blob_digests.add
+                for h, size in zip(*found, strict=True):
+                    add(hash=h, size_bytes=size)
+                return response
         digests = digests_from_proto(request.blob_digests, fn, "blob_digests")
         if len(digests) <= _INLINE_DIGESTS:
             missing = self.store.find_missing(digests)
         else:
             missing = await asyncio.to_thread(self.store.find_missing, digests)
-        response = re_pb2.FindMissingBlobsResponse()
         add_digests(response.missing_blob_digests, missing)
         return response
 

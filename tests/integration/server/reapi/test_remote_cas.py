@@ -13,7 +13,7 @@ from remote_harness import ServerThread, StartServer
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
-from rbs.cas.digests import digest_to_pb
+from rbs.cas.digests import digest_to_pb, function_to_pb
 from rbs.cas.disk import DiskStore
 from rbs.model import Digest, DigestFunction
 from rbs.server.grpc_server import EXECUTION, SERVICES
@@ -77,6 +77,45 @@ def test_find_missing_many(channel: grpc.Channel) -> None:
     digests = [pd(Digest.of(str(i).encode(), SHA)) for i in range(3000)]
     resp = cas.FindMissingBlobs(re_pb2.FindMissingBlobsRequest(blob_digests=digests))
     assert len(resp.missing_blob_digests) == 3000
+
+
+@pytest.mark.parametrize("fn", [SHA, B3])
+def test_a_large_find_missing_answers_from_the_index_as_a_stat_would(
+    server: ServerThread, channel: grpc.Channel, fn: DigestFunction
+) -> None:
+    cas = re_grpc.ContentAddressableStorageStub(channel)
+    store = store_of(server)
+    present = [store.put(b"big query %d" % i, function=fn) for i in range(150)]
+    absent = [Digest.of(b"not stored %d" % i, fn) for i in range(150)]
+    other = SHA if fn is B3 else B3
+    twins = [Digest(function=other, hash=d.hash, size=d.size) for d in present[:20]]
+    wrong_size = [Digest(function=fn, hash=d.hash, size=d.size + 1) for d in present[:5]]
+    asked = [*present, *absent, *absent[:10], Digest.empty(fn), *wrong_size]
+    want = [*absent, *wrong_size]
+    request = re_pb2.FindMissingBlobsRequest(
+        blob_digests=[pd(d) for d in asked], digest_function=function_to_pb(fn)
+    )
+    for _ in range(2):  # the first may come before the index is built: a stat each
+        resp = cas.FindMissingBlobs(request)
+        assert [(d.hash, d.size_bytes) for d in resp.missing_blob_digests] == [
+            (d.hash, d.size) for d in want
+        ]
+    # The twins (same hex name, other function) are missing under their own function.
+    resp = cas.FindMissingBlobs(
+        re_pb2.FindMissingBlobsRequest(
+            blob_digests=[pd(d) for d in [*twins, *absent[:60]]],
+            digest_function=function_to_pb(other),
+        )
+    )
+    assert len(resp.missing_blob_digests) == 20 + 60
+    # A malformed entry in a large request is named, as in a small one.
+    bad = [pd(d) for d in absent[:100]] + [re_pb2.Digest(hash="A" * 64, size_bytes=1)]
+    with pytest.raises(grpc.RpcError) as err:
+        cas.FindMissingBlobs(
+            re_pb2.FindMissingBlobsRequest(blob_digests=bad, digest_function=function_to_pb(fn))
+        )
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "blob_digests[100]" in err.value.details()
 
 
 @pytest.mark.parametrize(
