@@ -45,6 +45,7 @@ POLL_FALLBACK_S = 0.05
 # job's process group and cgroup may still hold open.
 DRAIN_S = 2.0
 PGID_FILE = "pgid"  # in the run's folder: a fresh supervisor kills what it names
+NOT_STAGED = "; only what --inputs stages is shared: try --inputs {0} (or .) or --script {0}"
 
 log = logging.getLogger("rbs.executor.supervisor")
 
@@ -220,7 +221,8 @@ class SupervisedRun:
         if "/" in cmd:
             exe = cmd if os.path.isabs(cmd) else os.path.join(spec.cwd, cmd)
             if not os.path.isfile(exe):
-                return f"program {cmd!r} not found (looked for {exe})"
+                hint = "" if os.path.isabs(cmd) else NOT_STAGED.format(cmd)
+                return f"program {cmd!r} not found (looked for {exe}){hint}"
             if not os.access(exe, os.X_OK):
                 return (
                     f"program {cmd!r} is not executable; chmod +x it or run it via its interpreter"

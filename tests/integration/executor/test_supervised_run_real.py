@@ -236,6 +236,16 @@ def test_unstartable_runs_fail_with_a_reason(tmp_path: Path) -> None:
     assert gone.error is not None and "does not exist" in gone.error
 
 
+def test_a_relative_program_missing_from_the_job_folder_says_what_to_stage(tmp_path: Path) -> None:
+    job = Job(tmp_path, NullBackend("test"), "", argv=("./prepare.sh",))
+    error = job.run().error
+    assert error is not None and error.startswith("program './prepare.sh' not found (looked")
+    assert error.endswith(
+        "only what --inputs stages is shared: try --inputs ./prepare.sh (or .) "
+        "or --script ./prepare.sh"
+    )
+
+
 @pytest.mark.parametrize("kind", ["v1", "hybrid", "v2"])
 def test_sweep_kills_what_a_previous_supervisor_left(kind: str) -> None:
     scope = f"test-sweep-{uuid.uuid4().hex[:8]}"
