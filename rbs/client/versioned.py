@@ -130,6 +130,8 @@ def worktree_at(root: Path, commit: str) -> Iterator[Path]:
         store = root / ".rbs" / "cas"
         store.mkdir(parents=True, exist_ok=True)
         (ws / ".rbs").mkdir(exist_ok=True)
+        # A commit may hold a `.rbs/cas` (committed by mistake): the workspace's is used.
+        shutil.rmtree(ws / ".rbs" / "cas", ignore_errors=True)
         (ws / ".rbs" / "cas").symlink_to(store.resolve(), target_is_directory=True)
         yield ws
     finally:

@@ -19,7 +19,7 @@ from rbs.cli.root import cli
 from rbs.client.jobs import JobError, JobsClient
 from rbs.client.resubmit import job_manifest, resubmit
 from rbs.client.targets import build_job_target, stage_manifest_inputs
-from rbs.client.versioned import manifest_digest
+from rbs.client.versioned import manifest_digest, worktree_at
 from rbs.model import Digest
 from rbs.server.cas_metrics import CountingDiskStore
 from rbs.server.config import CasConfig, ConfigError, config_from_dict
@@ -278,3 +278,18 @@ def test_resubmit_drops_a_deadline_that_has_passed_and_keeps_a_begin_time_ahead(
     kept = res.stdout.strip().splitlines()[-1]
     assert client.show(kept).raw["manifest"]["begin_time"] == later
     client.cancel([waiting, kept])
+
+
+def test_a_rev_whose_commit_holds_a_build_store_uses_the_workspaces(tmp_path: Path) -> None:
+    """A commit that (by mistake) holds `.rbs/cas` still builds at REV, with the
+    workspace's own store linked in place of the committed one."""
+    root = write_ws(tmp_path / "ws", CAT_JOB)
+    (root / ".rbs" / "cas").mkdir(parents=True)
+    (root / ".rbs" / "cas" / "committed").write_text("x\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "first")
+    with worktree_at(root, git(root, "rev-parse", "HEAD")) as ws:
+        store = ws / ".rbs" / "cas"
+        assert store.is_symlink() and store.resolve() == (root / ".rbs" / "cas").resolve()
+    assert (root / ".rbs" / "cas" / "committed").read_text() == "x\n"
