@@ -183,7 +183,7 @@ def worker(
     # The run supervisor this worker starts reads it (rbs.executor.telemetry).
     os.environ["RBS_TELEMETRY_INTERVAL"] = f"{telemetry_interval:g}"
     try:
-        work_dir = work_dir or _rbs_home() / "worker"
+        work_dir = (work_dir or _rbs_home() / "worker").absolute()  # unix:// URLs, mounts
         config = WorkerConfig(
             server=server,
             work_dir=work_dir,

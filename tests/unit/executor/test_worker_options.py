@@ -43,3 +43,25 @@ def test_machine_resources_are_real() -> None:
 def test_worker_records_from_other_versions_are_read() -> None:
     info = info_from_json('{"worker_id": "w", "build_slots": 2, "gpu_ids": ["0"], "new": 1}')
     assert info.worker_id == "w" and info.gpu_ids == ("0",) and info.build_slots == 2
+
+
+def test_a_relative_work_dir_is_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--work-dir w1` means the folder where the worker started: the podman socket's URL
+    (unix://...) and a container's mounts need its absolute path."""
+    from click.testing import CliRunner
+
+    import rbs.cli.worker as cli_worker
+
+    seen: list[WorkerConfig] = []
+
+    async def run(config: WorkerConfig, *_: object) -> None:
+        seen.append(config)
+
+    monkeypatch.setattr(cli_worker, "_run_worker", run)
+    monkeypatch.chdir(tmp_path)
+    args = ["--server", "127.0.0.1:1", "--work-dir", "w1", "--containers", "none"]
+    res = CliRunner().invoke(cli_worker.worker, args)
+    assert res.exit_code == 0, res.output
+    assert seen[0].work_dir == tmp_path / "w1"
