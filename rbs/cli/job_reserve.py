@@ -18,6 +18,7 @@ from urllib.parse import quote
 import click
 
 from rbs.cli.job_submit import client_for, report, use_tls_ca
+from rbs.client.errors import JobError
 from rbs.client.jobs import JobsClient
 
 _COMMON = (
@@ -43,6 +44,15 @@ def _run(cmd: str, work: Any) -> None:
     code = report(cmd, work)
     if code:
         sys.exit(code)
+
+
+def _run_remote(cmd: str, work: Any) -> None:
+    """As `_run`, for `rbs remote drain` and `resume`: errors name that command."""
+    try:
+        work()
+    except (JobError, ValueError, OSError) as e:
+        print(f"rbs remote {cmd}: error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 def _when(ts: float | None) -> str:
@@ -148,11 +158,11 @@ def drain(server: str | None, token_file: str | None, worker_id: str, reason: st
     def work() -> int:
         with client_for(server, token_file) as client:
             path = f"/v1/workers/{quote(worker_id, safe='')}/drain"
-            client._call("POST", path, {"reason": reason})
-        print(f"draining {worker_id}")
+            doc = client._call("POST", path, {"reason": reason})
+        print(f"draining {', '.join(doc['workers'])}")  # the id, when a name was given
         return 0
 
-    _run("drain", work)
+    _run_remote("drain", work)
 
 
 @click.command("resume")
@@ -163,8 +173,9 @@ def resume(server: str | None, token_file: str | None, worker_id: str) -> None:
 
     def work() -> int:
         with client_for(server, token_file) as client:
-            client._call("POST", f"/v1/workers/{quote(worker_id, safe='')}/resume", {})
-        print(f"resumed {worker_id}")
+            path = f"/v1/workers/{quote(worker_id, safe='')}/resume"
+            doc = client._call("POST", path, {})
+        print(f"resumed {str(doc['cancelled']).removeprefix('drain:')}")
         return 0
 
-    _run("resume", work)
+    _run_remote("resume", work)

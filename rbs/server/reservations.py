@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -104,7 +105,16 @@ class Reservations:
 
     # ---- changes
 
+    def worker_id(self, given: str) -> str:
+        """A worker id, or the name (`--name`) of exactly one known worker: its id."""
+        views = [v.info for v in self.driver.hub.workers()]
+        named = [i.worker_id for i in views if i.name == given]
+        if any(i.worker_id == given for i in views) or len(named) != 1:
+            return given
+        return named[0]
+
     def add(self, w: Window, now: float) -> Window:
+        w = dataclasses.replace(w, workers=frozenset(self.worker_id(x) for x in w.workers))
         known = {v.info.worker_id for v in self.driver.hub.workers()}
         unknown = sorted(w.workers - known)
         if unknown:
@@ -227,7 +237,7 @@ class Reservations:
 
         async def drain(request: web.Request) -> web.Response:
             admin(request)
-            wid = request.match_info["id"]
+            wid = self.worker_id(request.match_info["id"])
             body = await _body(request) if request.can_read_body else {}
             reason = str(body.get("reason") or "drained") if isinstance(body, dict) else ""
             now = time.time()
@@ -237,7 +247,7 @@ class Reservations:
 
         async def resume(request: web.Request) -> web.Response:
             admin(request)
-            name = DRAIN + request.match_info["id"]
+            name = DRAIN + self.worker_id(request.match_info["id"])
             self.cancel(name)
             return web.json_response({"cancelled": name})
 
