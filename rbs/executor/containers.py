@@ -41,6 +41,7 @@ USAGE_FILE = "images.json"  # in <work-dir>/containers: the images this worker's
 # Whether a pull may work, until one is tried: does the default registry answer?
 REGISTRY = ("registry-1.docker.io", 443)
 REPORT_POLL_S = 2.0  # how often the reporter looks whether a new stream is open
+RELIST_S = 30.0  # how often it lists the images again (one `podman load`ed by hand)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,17 +289,24 @@ class ContainerEngine:
         return ImagesReport(images=tuple(images), can_pull=self.can_pull)
 
     def report_images(self, send: Callable[[ImagesReport], Any], up: Callable[[], bool]) -> None:
-        """Send the images when a stream opens (`up` turns true) and after each pull and
-        removal, from a thread of its own, until `stop`."""
+        """Send the images when a stream opens (`up` turns true), after each pull and
+        removal, and when a listing every RELIST_S differs from the last one sent, from a
+        thread of its own, until `stop`."""
 
         def loop() -> None:
-            was = False
+            was, last, listed = False, None, time.monotonic()
             while not self._stopped.is_set():
                 now = up()
-                if now and (not was or self._changed.is_set()):
+                due = time.monotonic() - listed >= RELIST_S
+                if now and (not was or self._changed.is_set() or due):
+                    fresh = not was or self._changed.is_set()
                     self._changed.clear()
+                    listed = time.monotonic()
                     try:
-                        send(self.images_report())
+                        report = self.images_report()
+                        if fresh or report != last:
+                            send(report)
+                            last = report
                     except Exception as e:  # the engine's and the SDK's errors alike
                         log.warning("cannot list the container engine's images: %s", e)
                 was = now

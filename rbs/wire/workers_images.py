@@ -102,5 +102,6 @@ def image_refusal(ref: str, reports: Iterable[ImagesReport | None]) -> str | Non
     return (
         f"--container {ref}: unknown image: no worker has it and none can pull it "
         f"(rbs remote worker --container-pull); images on workers: {listed or 'none'}; "
-        "load it on a worker (podman load / podman import) or name one of these"
+        "load it on a worker (podman load / podman import; the worker reports it within "
+        "30 s) or name one of these"
     )
