@@ -25,6 +25,7 @@ from rbs.build.select import BuildConfig
 from rbs.build.state import (
     BuildState,
     load_cached_analysis_with_deps,
+    no_gc,
     request_key,
     save_analysis,
 )
@@ -101,6 +102,25 @@ def package_cache(root: Path, config: BuildConfig) -> AnalysisCache:
 
 
 def _analysis(
+    root: Path,
+    patterns: Sequence[str],
+    cwd_package: str,
+    request: str,
+    tests_only: bool,
+    config: BuildConfig | None = None,
+    errors: list[BuildError] | None = None,
+    stats: dict[str, int] | None = None,
+) -> tuple[list[Label], ActionGraph, bool, list[str]]:
+    """`_analyze_request` with no cyclic garbage collection: reading back tens of
+    thousands of kept objects would make the collector walk them again and again (it
+    runs once, when it is turned on again)."""
+    with no_gc():
+        return _analyze_request(
+            root, patterns, cwd_package, request, tests_only, config, errors, stats
+        )
+
+
+def _analyze_request(
     root: Path,
     patterns: Sequence[str],
     cwd_package: str,

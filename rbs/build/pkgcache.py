@@ -42,7 +42,7 @@ from typing import Any
 from rbs import __version__
 from rbs.build.graph import ActionSpec, TargetInfo, _reduce
 from rbs.build.labels import Label
-from rbs.build.state import StatKey, _no_gc, content_key, stat_key
+from rbs.build.state import StatKey, content_key, stat_key
 
 FORMAT = 1
 Key = tuple[str, Label]  # (configuration, label)
@@ -188,7 +188,7 @@ class AnalysisCache:
             got = (None, {})
             if self._valid:
                 try:
-                    with _no_gc(), open(self._shard_path(package), "rb") as f:
+                    with open(self._shard_path(package), "rb") as f:
                         fmt, name, rec, entries = pickle.load(f)
                     if (
                         fmt == FORMAT

@@ -184,7 +184,7 @@ def load_cached_analysis_with_deps(root: Path, request: str) -> tuple[list[str],
     as they were, keeps the cache. The file holds two pickles, the paths first, so a
     miss never reads the graph."""
     path = root / ".rbs" / "state" / f"analysis-{request}.pickle"
-    with _no_gc():
+    with no_gc():
         try:
             with open(path, "rb") as f:
                 head = pickle.load(f)
@@ -211,7 +211,7 @@ def _unchanged(root: Path, deps: tuple[Any, ...]) -> list[str] | None:
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """No cyclic garbage collection while a large pickle loads: it makes only new
     objects that are kept, and the collector would walk them again and again."""
     was = gc.isenabled()
