@@ -33,8 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rbs.client import local_state
+from rbs.client.errors import JobError
 
 START_TIMEOUT_S = 60.0
+
+
+class StartError(JobError, RuntimeError):
+    """The local server or worker could not start (a bad server.toml, ...): the message
+    has its log's last lines. A JobError, so the CLI prints it as a refusal, not a bug."""
+
+
+CONFIG_FILE = "server.toml"  # in $RBS_HOME: the local server's --config, when there
 _SERVE = local_state.SERVE
 _WORKER = local_state.WORKER
 
@@ -155,15 +164,13 @@ def _wait_for(what: str, ready: Path, proc: subprocess.Popen[bytes], log: Path) 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = log.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"the local {what} exited with code {proc.returncode}:\n{tail}")
+            raise StartError(f"the local {what} exited with code {proc.returncode}:\n{tail}")
         with contextlib.suppress(FileNotFoundError, ValueError):
             data: dict[str, int] = json.loads(ready.read_text())
             return data
         time.sleep(0.02)
     proc.kill()
-    raise RuntimeError(
-        f"the local {what} did not become ready in {START_TIMEOUT_S:.0f} s; see {log}"
-    )
+    raise StartError(f"the local {what} did not become ready in {START_TIMEOUT_S:.0f} s; see {log}")
 
 
 def _start_server(root: Path, port: int) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
@@ -173,6 +180,8 @@ def _start_server(root: Path, port: int) -> tuple[subprocess.Popen[bytes], dict[
     log = root / "server.log"
     args = ["remote", _SERVE, "--port", str(port), "--host", "127.0.0.1"]
     args += ["--data-dir", str(root / "server"), "--ready-file", str(ready)]
+    if (config := root.parent / CONFIG_FILE).is_file():  # queues, preemption, limits
+        args += ["--config", str(config)]
     server = _spawn(args, log)
     return server, _wait_for("server", ready, server, log)
 
@@ -275,9 +284,11 @@ def ensure_local(home: Path | None = None, *, announce: bool = True) -> LocalClu
         else:
             _stop_recorded(root)
             cluster = _start(root)
+            config = root.parent / CONFIG_FILE
+            read = f", its config from {config}" if config.is_file() else ""
             note = (
                 f"rbs: started a local cluster at {cluster.address} with one worker under "
-                f"{root} (stop it with `rbs remote down`)"
+                f"{root}{read} (stop it with `rbs remote down`)"
             )
     if announce:
         print(note, file=sys.stderr)
