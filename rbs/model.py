@@ -330,8 +330,6 @@ class JobManifest:
             raise ValueError("network 'none' needs a container image (--container IMAGE)")
         if self.pty and not self.interactive:
             raise ValueError("--pty needs --interactive (-i): rbs job submit -i --pty -- bash")
-        if self.pty and self.container is not None:
-            raise ValueError("--pty does not work with --container yet; use -i alone")
         if self.api_version != MANIFEST_API_VERSION:
             raise ValueError(
                 f"unsupported manifest apiVersion {self.api_version!r}; "

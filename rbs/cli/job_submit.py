@@ -280,8 +280,6 @@ def _check_pty(params: Mapping[str, Any]) -> None:
         return
     if not params["interactive"]:
         raise JobError("--pty needs --interactive (-i): rbs job submit -i --pty -- bash")
-    if params["container"]:
-        raise JobError("--pty does not work with --container yet; use -i alone")
     if not os.isatty(0):
         raise JobError(
             "--pty needs a terminal on stdin (it is a pipe or a file here); "

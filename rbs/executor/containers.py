@@ -200,6 +200,7 @@ class ContainerEngine:
             "pids_max": spec.pids_max,
             "gpus": list(spec.gpus or ()),
             "grace_s": spec.grace_s,
+            "pty": spec.pty,
         }
         path = os.path.join(os.path.dirname(spec.spool), "container.json")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -204,8 +204,6 @@ def test_pty_without_a_terminal_is_refused_naming_the_flag(home: Path) -> None:
 
     r = CLUSTER.rbs(home, "job", "submit", "--pty", "--", "bash")
     assert r.returncode != 0 and "--pty needs --interactive (-i)" in r.stderr, r.stderr
-    r = CLUSTER.rbs(home, "job", "submit", "-i", "--pty", "--container", "debian:12", "--", "sh")
-    assert r.returncode != 0 and "--pty does not work with --container" in r.stderr, r.stderr
 
     # -i alone still takes piped stdin.
     r = subprocess.run(
