@@ -388,7 +388,8 @@ def apply_flags(
         manifest = dataclasses.replace(base, **kw)
     except ValueError as e:
         flag = next(
-            (prov[f] for f in _field_hint(str(e)) if prov[f].startswith("flag")), "job spec"
+            (prov[f] for f in _field_hint(str(e)) if prov.get(f, "").startswith("flag")),
+            "job spec",
         )
         name = flag.removeprefix("flag ")
         given = _given(flags.get(name), str(e))
@@ -490,7 +491,8 @@ def _job_path(value: Any, flag: str) -> str:
 
 
 def _field_hint(message: str) -> list[str]:
-    return [f for f in PROVENANCE_FIELDS if f.split(".")[-1] in message]
+    fields = (*PROVENANCE_FIELDS, *CONTAINER_KEYS, *PINNING_KEYS, *PREEMPT_KEYS)
+    return [f for f in fields if f.split(".")[-1] in message]
 
 
 def dependencies_text(deps: Sequence[Dependency]) -> str:

@@ -168,6 +168,7 @@ def test_elastic_flags() -> None:
         ({"--env": ["RBS_ATTEMPT=3"]}, "set by the scheduler"),
         ({"--colour": "red"}, "--colour 'red': unknown job flag"),
         ({"--name": " "}, "--name ' ': is empty"),
+        ({"--network": "none"}, "^--network 'none': network 'none' needs a container image"),
     ],
 )
 def test_bad_flags_name_the_flag(flags: dict[str, object], message: str) -> None:
