@@ -198,6 +198,7 @@ class JobHost:
         elif isinstance(msg, Started):
             run.pid = msg.pid
             self._starts.add(run, msg.started_at)
+            run.inputs.start(self.supervisor.send)  # what came before it
         elif isinstance(msg, Exited) and run.exited is not None and not run.exited.done():
             run.exited.set_result(msg)
         elif (raw := output_report(msg, run.raw, self._connected())) is not None:
@@ -316,8 +317,8 @@ class JobHost:
             log.info("%s for %s, which no longer runs here", type(kill).__name__, kill.lease_id)
         elif not isinstance(kill, InputOrder):
             self._request_kill(run, *kill_request(kill))
-        elif run.live and self.supervisor.connected:  # an interactive run's stdin or signal
-            self.supervisor.send(input_message(kill))
+        elif self.supervisor.connected:  # an interactive run's stdin or signal, once started
+            run.inputs.offer(input_message(kill), self.supervisor.send)
 
     def _request_kill(self, run: LeaseRun, reason: KillReason, message: str, state: str) -> None:
         if run.kill is None:

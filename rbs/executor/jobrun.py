@@ -32,6 +32,7 @@ from rbs.executor.joblog import LogSink, LogSpool, LogSpoolError
 from rbs.executor.jobship import LogShipper, RawBudget
 from rbs.executor.jobspec import JobOutcome, JobSpec
 from rbs.executor.podman_service import EngineError
+from rbs.executor.run_input import InputGate
 from rbs.executor.runuser import RunUsers, as_spec
 from rbs.executor.supervisor_proto import Exited, Input, RunInfo, RunSpec, SignalRun
 from rbs.model import (
@@ -104,6 +105,7 @@ class LeaseRun:
         self.checkpoint_dir = manifest.checkpoint_dir if manifest is not None else None
         self.function: DigestFunction = lease.function
         self.raw = RawBudget()  # a --pty run's terminal output to the server
+        self.inputs = InputGate()  # an interactive run's input, held until it started
 
     @property
     def lease_id(self) -> str:
@@ -176,6 +178,7 @@ def reattach(
     run.shipper.sent = run.shipper.acked = min(info.acked, run.shipper.last)
     run.pid = info.pid
     run.start_reported = True  # a previous daemon did, or its JobFinished will say
+    run.inputs.open = True  # started: its input goes on at once
     run.exited = asyncio.get_running_loop().create_future()
     if info.exited is not None:
         run.exited.set_result(info.exited)
