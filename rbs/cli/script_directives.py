@@ -129,7 +129,24 @@ def _rbs_line(where: str, words: list[str], kinds: Mapping[str, str], out: dict[
         elif kind == LIST:
             out[name] = (*out.get(name, ()), value)
         else:
+            if flag in CHECKED:
+                _check(where, flag, value)
             out[name] = value
+
+
+# #RBS values checked here, so that a bad one names its line (the rest are checked with
+# the whole job, or need the other flags: --network none needs --container).
+CHECKED = frozenset(("--cpus", "--memory-gb", "--time", "--array", "--deps", "--name"))
+
+
+def _check(where: str, flag: str, value: str) -> None:
+    from rbs.wire.manifest import apply_flags
+    from rbs.wire.specs import SpecError
+
+    try:
+        apply_flags(None, None, {flag: value}, command=["true"])
+    except SpecError as e:
+        raise JobError(f"{where}: #RBS {e}") from None
 
 
 def slurm_time(value: str) -> str:
