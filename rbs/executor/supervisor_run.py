@@ -439,7 +439,7 @@ class SupervisedRun:
         if self.kill_reason == "timeout":
             state = "TIMEOUT"
         elif self.kill_reason is not None:
-            state = "CANCELLED"
+            state = "PREEMPTED" if self.kill_reason in ("preempt", "requeue") else "CANCELLED"
         elif oom:
             state = "OUT_OF_MEMORY"
         else:

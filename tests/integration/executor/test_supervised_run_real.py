@@ -138,6 +138,20 @@ def test_kill_then_sigkill_after_the_grace(tmp_path: Path, backend: CgroupBacken
     assert any("grace period of 0.3s over: sending SIGKILL" in t for t in sys_lines)
 
 
+@pytest.mark.parametrize(
+    ("reason", "state"),
+    [("preempt", "PREEMPTED"), ("requeue", "PREEMPTED"), ("cancel", "CANCELLED")],
+)
+def test_the_log_says_a_preempted_run_ended_preempted(
+    tmp_path: Path, backend: CgroupBackend, reason: str, state: str
+) -> None:
+    job = Job(tmp_path, backend, "echo ready; sleep 30")
+    job.solo.start().until(job.started, 30)
+    job.solo.kill(reason, reason)
+    assert job.solo.wait().state == state
+    assert any(t.startswith(f"ended {state}: ") for t in job.texts(LogStream.SYS))
+
+
 def test_background_processes_die_and_their_group_is_not_kept(
     tmp_path: Path, backend: CgroupBackend
 ) -> None:
