@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from embedded import EmbeddedCluster
+from tmux_term import TMUX, Tmux
 
 CLUSTER = EmbeddedCluster()
-TMUX = shutil.which("tmux")
 RBS = f"{shlex.quote(sys.executable)} -m rbs"
 SLEEP = "4321"  # the `sleep` the test interrupts, told apart from any other by its argument
 
@@ -31,41 +30,6 @@ SLEEP = "4321"  # the `sleep` the test interrupts, told apart from any other by 
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with CLUSTER.running(tmp_path_factory) as home:
         yield home
-
-
-class Tmux:
-    """One tmux server of the test's own (its socket under tmp), one window, a bash in it."""
-
-    def __init__(self, sock: Path, env: dict[str, str]) -> None:
-        assert TMUX is not None
-        self.base = [TMUX, "-S", str(sock), "-f", "/dev/null"]
-        self.env = env
-
-    def __call__(self, *args: str) -> str:
-        r = subprocess.run(
-            [*self.base, *args], env=self.env, capture_output=True, text=True, timeout=30
-        )
-        assert r.returncode == 0, (args, r.stderr)
-        return r.stdout
-
-    def type(self, text: str, enter: bool = True) -> None:
-        self("send-keys", "-t", "t", "-l", text)
-        if enter:
-            self("send-keys", "-t", "t", "Enter")
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-J", "-S", "-500", "-t", "t")
-
-    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match[str]:
-        """Poll the screen (bounded) until `pattern` (a regex, per line) is on it."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = re.search(pattern, self.screen(), re.MULTILINE)
-            if found is not None:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(f"never saw {pattern!r} on the screen:\n{self.screen()}")
-            time.sleep(0.1)
 
 
 def _sleep_running() -> bool:
