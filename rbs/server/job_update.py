@@ -38,6 +38,9 @@ async def update_job(
     except SpecError as e:
         raise JobRequestError(str(e)) from None
     changed = {f: (_shown(view.manifest, f), _shown(new, f)) for f in flags}
+    if "--time" in changed and view.manifest.time_limit is None and view.time_limit:
+        default = f"{format_duration(view.time_limit)} (from queue {view.manifest.queue})"
+        changed["--time"] = (default, changed["--time"][1])
     # `_call` answers with the job id, or raises the core's refusal (JobRequestError).
     await driver._call(
         Update(job_id=job_id, manifest=new, provenance=tuple(prov.items()), by=by, admin=admin)

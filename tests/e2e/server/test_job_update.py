@@ -41,7 +41,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dic
         files[user] = tmp / f"{user}.token"
         files[user].write_text(added.stdout.strip())
     log, ready = tmp / "server.log", tmp / "ready.json"
+    config = tmp / "server.toml"
+    config.write_text('[jobs]\nqueues = [{ name = "short", default_time = "30m" }]\n')
     args = ["remote", "serve", "--port", "0", "--data-dir", str(tmp / "data")]
+    args += ["--config", str(config)]
     proc = spawn_rbs([*args, "--tokens-file", str(tokens), "--ready-file", str(ready)], log)
     try:
         info = wait_ready(proc, ready, log)
@@ -104,6 +107,24 @@ def test_update_a_pending_job(cluster: tuple[str, dict[str, Path]]) -> None:
     assert rbs("job", "cancel", *at, job, token=t["alice"]).returncode == 0
     r = rbs("job", "update", *at, job, "--priority", "0", token=t["alice"])
     assert r.returncode == 2 and "only a pending job" in r.stderr, r.stderr
+    # The ended job shows what the updates made of it (the journal's row).
+    assert show(server, t["alice"], job)["priority"]["base"] == 9  # type: ignore[index]
+
+
+def test_the_log_names_a_queue_default_time_limit_that_an_update_shortens(
+    cluster: tuple[str, dict[str, Path]],
+) -> None:
+    server, t = cluster
+    at = ["--server", server]
+    r = rbs("job", "submit", *at, "--queue", "short", "--begin", "2h", "--", "true",
+            token=t["alice"])  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    r = rbs("job", "update", *at, job, "--time", "10m", token=t["alice"])
+    assert r.returncode == 0, r.stderr
+    r = rbs("job", "logs", *at, job, token=t["alice"])
+    assert "updated by alice: --time 30m (from queue short) -> 10m" in r.stdout, r.stdout
+    assert rbs("job", "cancel", *at, job, token=t["alice"]).returncode == 0
 
 
 def test_reservations_and_drains_take_the_admin_role(cluster: tuple[str, dict[str, Path]]) -> None:
