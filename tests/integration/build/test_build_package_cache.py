@@ -247,3 +247,17 @@ def test_an_aspect_applies_to_a_dependency_restored_from_the_cache(make_ws: Make
     edit(root, "lib/BUILD", '"a.sh"]', '"a.sh"], deps = []')
     r = run_build(root, ("//rep:r",), options=BuildOptions(jobs=2))
     assert r.ok and out(root, "rep/r.txt").strip() == "5"
+
+
+def test_a_bzl_file_loaded_through_another_invalidates_its_loaders(make_ws: MakeWs) -> None:
+    files = {
+        **FILES,
+        "defs/inner.bzl": 'INNER = "deep"\n',
+        "defs/defs.bzl": 'load(":inner.bzl", "INNER")\nWORD = INNER\n',
+    }
+    root = make_ws(files)
+    assert build(root).ok and out(root, "lib/l2.out") == "lib\ndeep\n"
+    (root / "defs/inner.bzl").write_text('INNER = "deeper"\n')
+    r = build(root)
+    assert r.ok and (r.analysed, r.restored) == (4, TOTAL - 4)
+    assert out(root, "app/a2.out") == "lib\ndeeper\nlib\ndeeper\n"
