@@ -57,6 +57,8 @@ def print_show(info: JobInfo) -> None:
     row("Command", " ".join(m.get("command", [])), "command")
     row("Queue", info.queue, "queue")
     row("Preemptible", "yes" if m.get("preemptible") else "no", "preemptible")
+    if m.get("container"):
+        row("Container", f"{m['container']}, network {m.get('network') or 'host'}", "container")
     p = r.get("priority", {})
     row(
         "Priority",
