@@ -5,8 +5,8 @@ group. It creates the container (the image by id, ARGV, its own environment, whi
 the job's, the working directory mounted at the same path, the job's user and limits,
 pinned GPUs, host network or none) with `cgroup_parent` set to its own cgroup, so the
 container sits inside the job's; it streams the container's stdout and stderr to its
-own (with --pty it joins the container's terminal to its own instead:
-rbs.executor.container_tty), turns SIGTERM into a stop of the container (SIGTERM,
+own (with -i it joins the container's stdin, and with --pty its terminal, to its own
+instead: rbs.executor.container_tty), turns SIGTERM into a stop of the container (SIGTERM,
 SIGKILL once the grace is nearly over), removes the container, and exits as the payload did (a payload killed by
 a signal ends this process with the same signal). The engine's socket is named only in
 CONFIG_FILE, in the run's folder, which the payload (its own pid and mount namespaces,
@@ -142,8 +142,8 @@ def main(args: list[str]) -> int:
     with contextlib.suppress(docker.errors.NotFound):  # left by a killed attempt
         client.containers.get(cfg["name"]).remove(force=True)
     kw = create_args(cfg, argv, dict(os.environ))
-    if cfg.get("pty"):  # --pty: the engine's terminal, joined to the run's
-        kw = container_tty.create_args(kw)
+    if cfg.get("stdin"):  # -i: stdin open (with --pty the engine's terminal), joined to ours
+        kw = container_tty.create_args(kw, bool(cfg.get("pty")))
     groups = _existing(kw["cgroup_parent"]) if "cgroup_parent" in kw else []
     try:
         ctr = client.containers.create(**kw)
@@ -168,8 +168,8 @@ def main(args: list[str]) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        if cfg.get("pty"):
-            container_tty.run(client, ctr)
+        if cfg.get("stdin"):
+            (container_tty.run if cfg.get("pty") else container_tty.run_stdin)(client, ctr)
             stream: Any = ()
         else:
             stream = client.api.attach(ctr.id, stream=True, logs=True, demux=True)

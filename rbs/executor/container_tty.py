@@ -1,4 +1,4 @@
-"""A --pty container run: the engine's terminal for the payload, joined to the run's own.
+"""An interactive container run: its stdin (with --pty, its terminal) joined to the run's.
 
 `rbs job submit -i --pty --container IMAGE -- sh` (docs/design/interactive.md). The
 wrapper (rbs.executor.container_exec) runs on the pty its run supervisor holds; the
@@ -11,6 +11,10 @@ and on each SIGWINCH the wrapper gets (the supervisor sends one when a client sa
 size, rbs.executor.supervisor_pty.redraw). The engine sends the payload SIGWINCH only
 when the size changes, so a size said again is passed on as a nudge (one row more, then
 the size itself): the program in the container's foreground redraws on a reattach.
+
+`-i` without --pty (`run_stdin`): the container's stdin is open, the run's stdin (the
+supervisor's pipe) is copied to it and its end closes it (a half-close of the attach
+socket); the output comes back framed per stream, to the wrapper's stdout and stderr.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from rbs.executor.supervisor_pty import get_winsize
 READ_CHUNK = 64 * 1024
 
 
-def create_args(kw: dict[str, Any]) -> dict[str, Any]:
-    """The SDK's `containers.create` arguments with the engine's terminal, as `run -it`."""
-    return {**kw, "tty": True, "stdin_open": True}
+def create_args(kw: dict[str, Any], pty: bool) -> dict[str, Any]:
+    """The SDK's `containers.create` arguments with stdin open, and with `pty` the
+    engine's terminal: `run -i`, `run -it`."""
+    return {**kw, "tty": pty, "stdin_open": True}
 
 
 def run(client: Any, ctr: Any) -> None:
@@ -90,6 +95,46 @@ class Sizes:
                 self.ctr.resize(height=rows + 1, width=cols)
             self.ctr.resize(height=rows, width=cols)
             self.last = (rows, cols)
+
+
+def run_stdin(client: Any, ctr: Any) -> None:
+    """Start `ctr` (created with `stdin_open`) with this process's stdin as its own (an
+    -i run's pipe) until its output ends: the end of ours closes the container's, and
+    its output comes back in the engine's frames, each to our stdout or stderr."""
+    att = client.api.attach_socket(
+        ctr.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+    )
+    sock: socket.socket = getattr(att, "_sock", att)
+    try:
+        ctr.start()
+        threading.Thread(target=_keys, args=(sock,), daemon=True).start()
+        frames = Frames()
+        while data := _recv(sock):
+            for fd, chunk in frames.feed(data):
+                _write_all(fd, chunk)
+    finally:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+class Frames:
+    """The engine's attach stream without a tty: frames of an 8-byte header (the stream:
+    1 stdout, 2 stderr; 3 zero bytes; the size, 4 bytes big-endian) and their bytes."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """(fd, bytes) of each whole frame so far (stdin's or an unknown stream's: 1)."""
+        self.buf += data
+        out: list[tuple[int, bytes]] = []
+        while len(self.buf) >= 8:
+            size = int.from_bytes(self.buf[4:8], "big")
+            if len(self.buf) < 8 + size:
+                break
+            out.append((2 if self.buf[0] == 2 else 1, self.buf[8 : 8 + size]))
+            self.buf = self.buf[8 + size :]
+        return out
 
 
 def _raw(fd: int) -> list[Any] | None:

@@ -200,6 +200,7 @@ class ContainerEngine:
             "pids_max": spec.pids_max,
             "gpus": list(spec.gpus or ()),
             "grace_s": spec.grace_s,
+            "stdin": spec.stdin,
             "pty": spec.pty,
         }
         path = os.path.join(os.path.dirname(spec.spool), "container.json")

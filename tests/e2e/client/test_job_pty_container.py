@@ -8,6 +8,7 @@ redraws (the foreground program gets SIGWINCH), and the exit code is the client'
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ RBS = f"{shlex.quote(sys.executable)} -m rbs"
 pytestmark = [
     pytest.mark.skipif(MISSING is not None, reason=MISSING or ""),
     pytest.mark.skipif(TMUX is None, reason="tmux is not installed (make system-deps)"),
-    pytest.mark.timeout(480),
+    pytest.mark.timeout(600),
 ]
 LOOP = "sh -c \"trap 'echo redrawn' WINCH; echo looping; while :; do sleep 0.2; done\""
 
@@ -81,3 +82,17 @@ def test_a_shell_in_a_container_on_a_terminal(home: Path, image: str, tmp_path: 
         tmux.kill()
     r = CLUSTER.rbs(home, "job", "logs", job)
     assert r.returncode == 0 and "alive-2" in r.stdout.splitlines(), r.stdout
+
+
+def test_interactive_stdin_from_a_pipe_reaches_the_container(home: Path, image: str) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "rbs", "job", "submit", "-i", "--container", image, "--",
+         "sh", "-c", "cat; echo to-err >&2; exit 3"],
+        env=CLUSTER.env(home),
+        input="one\ntwo\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert (r.returncode, r.stdout) == (3, "one\ntwo\n"), r.stderr
+    assert "to-err" in r.stderr.splitlines()
