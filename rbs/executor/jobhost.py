@@ -268,6 +268,8 @@ class JobHost:
             run = self._runs.get(order.lease_id)
             if run is not None and run.finished is not None:
                 run.finished_acked = True
+                if order.log_seq and run.shipper is not None:
+                    run.shipper.ack(order.log_seq)  # the lines its JobFinished carried
                 self._maybe_forget(run)
 
     async def stop(self, *, leave_running: bool = False) -> None:
@@ -421,11 +423,9 @@ class JobHost:
         if self._stopping:
             return
         # The slot is free before the scheduler hears of it, so its next lease fits.
-        if run.shipper is not None:
-            run.shipper.flush()  # every line goes out before the JobFinished
-        run.finished = msg
+        run.finished = msg  # its last lines go in it, or before it (LogShipper.finish)
         if self._connected():
-            self._send(msg)
+            self._send(run.shipper.finish(msg) if run.shipper is not None else msg)
             run.finished_sent = True
         self._maybe_forget(run)
 

@@ -20,6 +20,7 @@ import asyncio
 import base64
 import binascii
 import collections
+import dataclasses
 import logging
 import threading
 import time
@@ -29,7 +30,14 @@ from typing import Any
 from rbs.executor.joblog import LogSpool, LogSpoolError
 from rbs.executor.supervisor_proto import Message, Output
 from rbs.model import LogLine
-from rbs.wire.workers_jobs import JobLeaseInfo, JobReport, JobStartedReport, LogBatch, OutputReport
+from rbs.wire.workers_jobs import (
+    JobFinishedReport,
+    JobLeaseInfo,
+    JobReport,
+    JobStartedReport,
+    LogBatch,
+    OutputReport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +147,27 @@ class LogShipper:
             self._buffer = []
         elif self._buffer and self._buffer[0].seq <= self.sent:
             self._buffer = self._buffer[self.sent + 1 - self._buffer[0].seq :]
+
+    def finish(self, report: JobFinishedReport) -> JobFinishedReport:
+        """The run's JobFinished to send now: with its last unsent lines in it (Workers
+        protocol 4: one message, and the server's ResultAck acks both) when they are all
+        still in memory and fit one batch; else they go out first as LogLines."""
+        buf, first = self._buffer, self.sent + 1
+        if (
+            self._connected()
+            and 0 < self.last - self.sent <= BATCH_LINES
+            and buf
+            and buf[0].seq <= first
+            and buf[-1].seq == self.last
+        ):
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            lines = tuple(buf[first - buf[0].seq :])
+            self.sent, self._buffer = self.last, []
+            return dataclasses.replace(report, lines=lines)
+        self.flush()
+        return report
 
     def close(self) -> None:
         if self._timer is not None:

@@ -7,12 +7,11 @@ the instructions, one handler per instruction type: an `ActionLease` goes down t
 worker's stream, a lost worker's leases come back as new leases on other workers, and
 an operation that ran out of attempts is failed through the `ActionEvents` listener
 (the Execution engine). Job messages are passed to an optional `JobEvents` listener
-(the job driver); it sends job leases with `send`. Whoever builds the server hands the
-hub both listeners with `set_listeners`.
+(the job driver); it sends job leases with `send`; `worker_acks` folds a result's own
+lines' Ack into its ResultAck. The server's builder sets both listeners (`set_listeners`).
 
 `WorkersServicer` is the thin gRPC edge: it converts messages with rbs.wire
-(`report_from_pb`, `order_to_pb`) and routes them, so the hub and its listeners see
-typed values only.
+(`report_from_pb`, `order_to_pb`); the hub and its listeners see typed values only.
 """
 
 from __future__ import annotations
@@ -62,6 +61,7 @@ from rbs.scheduler.dispatch_instructions import (
 )
 from rbs.scheduler.events import RunRef
 from rbs.server.operations import OperationStore
+from rbs.server.worker_acks import FinalAcks
 from rbs.server.worker_images import WorkerImages
 from rbs.server.worker_records import info_from_json, worker_info
 from rbs.wire.errors import InvalidRequest, rpc_errors
@@ -163,6 +163,7 @@ class WorkerHub:
         self._clock = clock
         self._sessions: dict[str, _Session] = {}
         self.images = WorkerImages()  # each open stream's latest Images report
+        self.acks = FinalAcks(self.send)  # a run's last lines, acked with its result
         self.actions: ActionEvents | None = None
         self.jobs: JobEvents | None = None
         self.draining: Callable[[str], bool] = lambda _worker_id: False  # .reservations
@@ -232,10 +233,10 @@ class WorkerHub:
 
     def send(self, worker_id: str, order: ServerOrder) -> bool:
         """Queue an order for a connected worker; False when it is not connected."""
-        session = self._sessions.get(worker_id)
-        if session is None:
-            return False
-        session.outbox.put_nowait(order)
+        session, folded = self._sessions.get(worker_id), self.acks.outgoing(worker_id, order)
+        if session is None or folded is None:
+            return session is not None
+        session.outbox.put_nowait(folded)
         return True
 
     def drop(self, worker_id: str) -> None:
@@ -370,7 +371,7 @@ class WorkerHub:
                 await self.actions.action_finished(ops[0], report.status, report.result)
         elif isinstance(report, JobReport):  # a job's start, end, log lines or pty output
             if self.jobs is not None:
-                await self.jobs.job_message(worker_id, report)
+                await self.acks.deliver(worker_id, report, self.jobs.job_message)
             else:
                 log.warning(
                     "worker %s sent %s but no job scheduler is running",

@@ -14,7 +14,7 @@ On the server, a report with a malformed digest is an InvalidRequest.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
@@ -79,9 +79,11 @@ class LogAck:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResultAck:
-    """The server journaled this run's JobFinished; the worker may forget the run."""
+    """The server journaled this run's JobFinished; the worker may forget the run.
+    `log_seq` > 0: its log lines up to that seq are stored too (one ack for both)."""
 
     lease_id: str
+    log_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,6 +115,8 @@ class JobFinishedReport:
     digest_function: DigestFunction | None = None
     output_tree: Digest | None = None
     checkpoint_tree: Digest | None = None
+    # The run's last unsent log lines, which ride with the result (protocol 4).
+    lines: tuple[LogLine, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -270,11 +274,11 @@ def ack_to_pb(ack: LogAck) -> w_pb2.Ack:
 
 
 def result_ack_to_pb(ack: ResultAck) -> w_pb2.ResultAck:
-    return w_pb2.ResultAck(lease_id=ack.lease_id)
+    return w_pb2.ResultAck(lease_id=ack.lease_id, log_seq=ack.log_seq)
 
 
 def result_ack_from_pb(pb: w_pb2.ResultAck) -> ResultAck:
-    return ResultAck(lease_id=pb.lease_id)
+    return ResultAck(lease_id=pb.lease_id, log_seq=pb.log_seq)
 
 
 def ack_from_pb(pb: w_pb2.Ack) -> LogAck:
@@ -333,11 +337,16 @@ def job_finished_to_pb(report: JobFinishedReport) -> w_pb2.JobFinished:
         pb.output_tree_digest.CopyFrom(digest_to_pb(report.output_tree))
     if report.checkpoint_tree is not None:
         pb.checkpoint_tree_digest.CopyFrom(digest_to_pb(report.checkpoint_tree))
+    if report.lines:
+        pb.lines.extend([line_to_pb(x) for x in report.lines])
     return pb
 
 
-def job_finished_from_pb(pb: w_pb2.JobFinished) -> JobFinishedReport:
-    """The report a message carries; a malformed digest or function is an InvalidRequest."""
+def job_finished_from_pb(
+    pb: w_pb2.JobFinished, rank_of: Callable[[str], int] = lambda _: 0
+) -> JobFinishedReport:
+    """The report a message carries; a malformed digest or function is an InvalidRequest.
+    Its lines are read in its run, as `log_batch_from_pb` reads a batch's."""
     fn = function_from_proto(pb.digest_function)
     output_tree = checkpoint_tree = None
     if pb.HasField("output_tree_digest") and pb.output_tree_digest.hash:
@@ -359,6 +368,7 @@ def job_finished_from_pb(pb: w_pb2.JobFinished) -> JobFinishedReport:
         digest_function=fn,
         output_tree=output_tree,
         checkpoint_tree=checkpoint_tree,
+        lines=_lines_of(pb.lines, pb.lease_id, pb.task_index, pb.attempt, rank_of),
     )
 
 
@@ -375,13 +385,35 @@ def log_batch_to_pb(batch: LogBatch) -> w_pb2.LogLines:
 def log_batch_from_pb(pb: w_pb2.LogLines, rank_of: Callable[[str], int]) -> LogBatch:
     """The batch a message carries. `rank_of` reads the rank from a lease id (the
     scheduler owns their form); a batch without one (an older worker) is rank 0's."""
-    rank = rank_of(pb.lease_id) if pb.lease_id else 0
-    task = None if pb.task_index < 0 else pb.task_index
-    attempt = pb.attempt
     return LogBatch(
         lease_id=pb.lease_id,
         job_id=pb.job_id,
         task_index=pb.task_index,
-        attempt=attempt,
-        lines=tuple(line_from_pb(x, task=task, attempt=attempt, rank=rank) for x in pb.lines),
+        attempt=pb.attempt,
+        lines=_lines_of(pb.lines, pb.lease_id, pb.task_index, pb.attempt, rank_of),
+    )
+
+
+def _lines_of(
+    lines: Sequence[w_pb2.LogLine],
+    lease_id: str,
+    task_index: int,
+    attempt: int,
+    rank_of: Callable[[str], int],
+) -> tuple[LogLine, ...]:
+    if not lines:
+        return ()
+    rank = rank_of(lease_id) if lease_id else 0
+    task = None if task_index < 0 else task_index
+    return tuple(line_from_pb(x, task=task, attempt=attempt, rank=rank) for x in lines)
+
+
+def final_batch(report: JobFinishedReport) -> LogBatch:
+    """The lines a JobFinished carries, as the LogLines batch they stand for."""
+    return LogBatch(
+        lease_id=report.lease_id,
+        job_id=report.job_id,
+        task_index=report.task_index,
+        attempt=report.attempt,
+        lines=report.lines,
     )

@@ -254,14 +254,13 @@ def report_to_pb(report: WorkerReport) -> w_pb2.WorkerMessage:
     return w_pb2.WorkerMessage(**{kind: convert(report)})
 
 
-# Each WorkerMessage field the server reads, and how (log lines below: they need a rank).
+# Each WorkerMessage field the server reads, and how (log lines and results below: they need a rank).
 _READ_REPORTS: Mapping[str, Callable[[Any], ReceivedReport]] = {
     "register": registration_from_pb,
     "heartbeat": heartbeat_from_pb,
     "action_started": action_started_from_pb,
     "action_finished": action_finished_from_pb,
     "job_started": job_started_from_pb,
-    "job_finished": job_finished_from_pb,
     "images": images_from_pb,
     "job_output": output_from_pb,
 }
@@ -275,6 +274,8 @@ def report_from_pb(
     kind = msg.WhichOneof("kind")
     if kind == "log_lines":
         return log_batch_from_pb(msg.log_lines, rank_of)
+    if kind == "job_finished":
+        return job_finished_from_pb(msg.job_finished, rank_of)
     read = _READ_REPORTS.get(kind) if kind is not None else None
     return read(getattr(msg, kind)) if read is not None else None
 

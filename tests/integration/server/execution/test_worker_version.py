@@ -49,7 +49,7 @@ def _register(server: Cluster, version: int) -> w_pb2.ServerMessage:
         channel.close()
 
 
-@pytest.mark.parametrize("version", [0, 1, WORKERS_PROTOCOL + 1])
+@pytest.mark.parametrize("version", [0, 1, WORKERS_PROTOCOL - 1, WORKERS_PROTOCOL + 1])
 def test_a_register_of_another_protocol_is_failed_precondition(
     server: Cluster, version: int
 ) -> None:

@@ -49,13 +49,20 @@ class Wire:
     def kinds(self) -> list[str]:
         return [str(m.WhichOneof("kind")) for m in self.sent]
 
+    def lines(self, lease: str | None = None) -> list[w_pb2.LogLine]:
+        """Every line sent (of `lease` only, when given): in LogLines, and the last ones
+        in a JobFinished (protocol 4), in the order they went out."""
+        out: list[w_pb2.LogLine] = []
+        for m in self.sent:
+            kind = m.WhichOneof("kind")
+            if kind in ("log_lines", "job_finished"):
+                batch = getattr(m, str(kind))
+                if lease is None or batch.lease_id == lease:
+                    out.extend(batch.lines)
+        return out
+
     def seqs(self, lease: str) -> list[int]:
-        return [
-            x.seq
-            for m in self.sent
-            if m.WhichOneof("kind") == "log_lines" and m.log_lines.lease_id == lease
-            for x in m.log_lines.lines
-        ]
+        return [x.seq for x in self.lines(lease)]
 
     def finished(self, lease: str) -> w_pb2.JobFinished | None:
         for m in self.sent:
@@ -150,7 +157,9 @@ def test_lines_then_finished_in_order_and_cleanup_after_ack(tmp_path: Path) -> N
         assert host.held_leases() == ["1.1.0"]
         wire.clear()
         host.on_connected()
-        assert wire.kinds()[-1] == "job_finished"
+        assert wire.kinds() == ["log_lines", "job_finished"]
+        # Re-sent, the result carries no lines: they went before it, from the spool.
+        assert not wire.sent[-1].job_finished.lines and wire.seqs("1.1.0") == seqs
         assert host.held_leases() == ["1.1.0"]
         await host.handle(
             _order(w_pb2.ServerMessage(ack=w_pb2.Ack(lease_id="1.1.0", log_seq=seqs[-1])))
@@ -158,6 +167,54 @@ def test_lines_then_finished_in_order_and_cleanup_after_ack(tmp_path: Path) -> N
         folder = tmp_path / "worker/jobs/1.1.0"
         assert (folder / "log.jsonl").exists()  # until the result is acknowledged too
         await host.handle(_order(_result_ack("1.1.0")))
+        await _until("the run's folder to be removed", lambda: not folder.exists())
+        assert host.held_leases() == []
+
+    _run(main)
+
+
+def test_a_short_runs_last_lines_ride_with_its_result_and_one_ack_covers_both(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        wire = Wire()
+        host = _host(tmp_path, wire)
+        await host.handle(_order(_lease(7, "echo one; echo two")))
+        await _until("JobFinished", lambda: wire.finished("7.1.0"))
+        # One message for the whole run: its lines are in its JobFinished.
+        assert wire.kinds() == ["job_finished"]
+        fin = wire.finished("7.1.0")
+        assert fin is not None and fin.state == "COMPLETED"
+        texts = [x.text for x in fin.lines if x.stream == 1]
+        assert texts == ["one", "two"]
+        seqs = [x.seq for x in fin.lines]
+        assert seqs == list(range(1, len(seqs) + 1))
+        folder = tmp_path / "worker/jobs/7.1.0"
+        # A ResultAck that says nothing of the lines: the run is kept for their Ack.
+        await host.handle(_order(_result_ack("7.1.0")))
+        assert host.held_leases() == [] and folder.exists()
+        # A new stream before that Ack: the lines go again, from the spool.
+        wire.clear()
+        host.on_connected()
+        assert [x.seq for x in wire.lines("7.1.0")] == seqs
+        both = w_pb2.ResultAck(lease_id="7.1.0", log_seq=seqs[-1])
+        await host.handle(_order(w_pb2.ServerMessage(result_ack=both)))
+        await _until("the run's folder to be removed", lambda: not folder.exists())
+
+    _run(main)
+
+
+def test_one_result_ack_with_the_log_seq_lets_the_run_go(tmp_path: Path) -> None:
+    async def main() -> None:
+        wire = Wire()
+        host = _host(tmp_path, wire)
+        await host.handle(_order(_lease(8, "echo only")))
+        await _until("JobFinished", lambda: wire.finished("8.1.0"))
+        fin = wire.finished("8.1.0")
+        assert fin is not None and fin.lines
+        both = w_pb2.ResultAck(lease_id="8.1.0", log_seq=fin.lines[-1].seq)
+        await host.handle(_order(w_pb2.ServerMessage(result_ack=both)))
+        folder = tmp_path / "worker/jobs/8.1.0"
         await _until("the run's folder to be removed", lambda: not folder.exists())
         assert host.held_leases() == []
 
@@ -192,7 +249,7 @@ def test_a_run_ending_while_disconnected_is_held_and_reported_after(tmp_path: Pa
         assert seqs[0] == acked + 1
         assert seqs == list(range(acked + 1, acked + 1 + len(seqs)))
         assert wire.kinds()[-1] == "job_finished"
-        texts = [x.text for m in wire.sent for x in m.log_lines.lines]
+        texts = [x.text for x in wire.lines()]
         assert "after" in texts and "before" not in texts
         assert host.held_leases() == ["2.1.0"]  # written, but not known journaled
         # The writer could not send it after all: it is held and re-sent.
@@ -220,7 +277,7 @@ def test_kill_ends_the_run_with_the_schedulers_reason(tmp_path: Path) -> None:
         await _until("JobFinished", lambda: wire.finished("3.1.0"))
         fin = wire.finished("3.1.0")
         assert fin is not None and fin.state == "TIMEOUT"
-        texts = [x.text for m in wire.sent for x in m.log_lines.lines]
+        texts = [x.text for x in wire.lines()]
         assert "term" in texts
         assert any("time limit reached (scheduler)" in t for t in texts)
 
@@ -249,7 +306,7 @@ def test_never_more_runs_than_slots(tmp_path: Path) -> None:
         await _until("the second run", lambda: wire.finished("5.1.0"))
         fin5 = wire.finished("5.1.0")
         assert fin5 is not None and fin5.state == "COMPLETED"
-        assert [x.text for m in wire.sent for x in m.log_lines.lines if x.stream == 1] == ["second"]
+        assert [x.text for x in wire.lines() if x.stream == 1] == ["second"]
 
     _run(main)
 
