@@ -104,6 +104,8 @@ def collect_entries(
             pairs = [(dest, src)]
         for rel, path in pairs:
             if rel in entries:
+                if _same_file(entries[rel], path, function):
+                    continue  # the same content (a --script inside a staged folder): once
                 raise StagingError(
                     f"--inputs {spec!r}: {rel!r} is staged twice; give each input its own DEST"
                 )
@@ -116,6 +118,13 @@ def collect_entries(
                 sources.setdefault(d, path)
                 entries[rel] = TreeEntry(digest=d, executable=os.access(path, os.X_OK))
     return entries, sources
+
+
+def _same_file(entry: TreeEntry | None, path: Path, function: DigestFunction) -> bool:
+    """Whether a staged file `entry` holds what the regular file at `path` holds."""
+    if entry is None or entry.digest is None or path.is_symlink() or not path.is_file():
+        return False
+    return hash_file(path, function) == entry.digest
 
 
 def stage_inputs(

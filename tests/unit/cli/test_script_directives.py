@@ -132,3 +132,27 @@ def test_a_missing_interpreter_is_refused(tmp_path: Path, shebang: str) -> None:
         script_params(params(script=path), _KINDS)
     assert str(e.value).startswith(f"--script {path!r}: ")
     assert "#!/usr/bin/env PROGRAM" in str(e.value)
+
+
+def test_a_script_inside_a_staged_folder_is_staged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--inputs . --script run.sh`: the folder holds the script too; it is staged once,
+    executable, and a different file at the same place is still refused."""
+    from rbs.client.staging import StagingError, collect_entries
+    from rbs.model import DEFAULT_FUNCTION
+
+    path = write(tmp_path, "#!/bin/sh\necho hi\n", name="run.sh")
+    (tmp_path / "data.txt").write_text("d\n")
+    monkeypatch.chdir(tmp_path)
+    out, _ = script_params(params(script="run.sh", inputs=(".",)), _KINDS)
+    entries, _ = collect_entries(out["inputs"], tmp_path, DEFAULT_FUNCTION)
+    assert sorted(entries) == ["data.txt", "run.sh"]
+    run = entries["run.sh"]
+    assert run is not None and run.executable
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "data.txt").write_text("another\n")
+    with pytest.raises(StagingError, match=r"'data\.txt' is staged twice"):
+        collect_entries([".", "data.txt=other/data.txt"], tmp_path, DEFAULT_FUNCTION)
+    assert Path(path).is_file()
