@@ -321,14 +321,14 @@ def submit(params: Mapping[str, Any], target: str | None = None) -> int:
     manifest_path = params["manifest"]
     manifest = provenance = None
     if manifest_path:
-        from rbs.wire.manifest import manifest_from_json
+        from rbs.wire.manifest import manifest_from_json, provenance_for
 
         try:
             with open(manifest_path, "rb") as f:
                 manifest = manifest_from_json(f.read())
         except OSError as e:
             raise JobError(f"--manifest {manifest_path!r}: {e.strerror}") from None
-        provenance = {"*": f"manifest {manifest_path}"}
+        provenance = provenance_for(manifest, f"manifest {manifest_path}")
     elif target is not None:
         from rbs.client.targets import build_job_target
 

@@ -125,3 +125,18 @@ def test_an_empty_begin_clears_the_manifest_begin_time(home: Path, tmp_path: Pat
     info = show(home, r.stdout.strip())
     assert info["state"] == "COMPLETED"
     assert info["manifest"]["begin_time"] is None  # type: ignore[index]
+
+
+def test_a_manifest_is_the_source_of_what_it_sets(home: Path, tmp_path: Path) -> None:
+    manifest = {"apiVersion": "rbs/v1", "name": "m", "command": ["true"], "time_limit": 600}
+    manifest["begin_time"] = time.time() + 86400
+    path = tmp_path / "m.job.json"
+    path.write_text(json.dumps(manifest))
+    r = rbs(home, "job", "submit", "--manifest", str(path), "--priority", "-1")
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    prov = show(home, job)["provenance"]
+    source = f"manifest {path}"
+    assert prov["begin_time"] == source and prov["time_limit"] == source  # type: ignore[index]
+    assert prov["priority"] == "flag --priority" and prov["queue"] == "default"  # type: ignore[index]
+    assert rbs(home, "job", "cancel", job).returncode == 0
