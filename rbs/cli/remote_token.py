@@ -40,7 +40,8 @@ def add(user: str, role: str, tokens_file: Path) -> None:
         raise click.ClickException(str(e)) from None
     click.echo(new)
     click.echo(
-        f"added a {role} token for {user} to {tokens_file}; it is shown only now. "
+        f"added {'an' if role == 'admin' else 'a'} {role} token for {user} to {tokens_file}; "
+        "it is shown only now. "
         "Send the server SIGHUP to load it.",
         err=True,
     )
