@@ -321,7 +321,7 @@ class Worker:
         self.connected.set()
         if self.jobs is not None:
             self.jobs.on_connected()  # unacknowledged log lines, then held JobFinished
-        writer = asyncio.create_task(self._write(stream, outbox))
+        writer = asyncio.create_task(stream.pump(outbox, self._keep_unsent))
         beat = asyncio.create_task(self._heartbeat(outbox, interval))
         stop = asyncio.create_task(self._stopping.wait())
         try:
@@ -343,15 +343,6 @@ class Worker:
                 self._keep_unsent(outbox.get_nowait())
             stream.cancel()
         return True
-
-    async def _write(self, stream: WorkerStream, outbox: asyncio.Queue[WorkerReport]) -> None:
-        while True:
-            report = await outbox.get()
-            try:
-                await stream.write(report)
-            except BaseException:
-                self._keep_unsent(report)
-                raise
 
     def _keep_unsent(self, report: WorkerReport) -> None:
         """A report no stream took: results are kept for the next one, the rest dropped."""

@@ -11,7 +11,7 @@ an operation that ran out of attempts is failed through the `ActionEvents` liste
 lines' Ack into its ResultAck. The server's builder sets both listeners (`set_listeners`).
 
 `WorkersServicer` is the thin gRPC edge: it converts messages with rbs.wire
-(`report_from_pb`, `order_to_pb`); the hub and its listeners see typed values only.
+(`report_from_pb`, `order_to_pb`, batched: `workers_batch`); the hub sees typed values only.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ from rbs.wire.workers_actions import (
     CancelOrder,
     ReceivedActionResult,
 )
+from rbs.wire.workers_batch import orders_out, unbatched
 from rbs.wire.workers_images import ImagesReport
 from rbs.wire.workers_jobs import JobReport
 from rbs.wire.workers_session import (
@@ -81,7 +82,6 @@ from rbs.wire.workers_session import (
     RegisteredInfo,
     Registration,
     ServerOrder,
-    order_to_pb,
     registration_from_pb,
     report_from_pb,
 )
@@ -462,11 +462,8 @@ class WorkersServicer(w_grpc.WorkersServicer):  # type: ignore[misc]
             self._read(request_iterator, session), name=f"worker-{session.worker_id}"
         )
         try:
-            while True:
-                order = await session.outbox.get()
-                if order is None:
-                    break
-                yield order_to_pb(order)
+            async for msg in orders_out(session.outbox):  # what waits goes in one batch
+                yield msg
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
@@ -476,7 +473,7 @@ class WorkersServicer(w_grpc.WorkersServicer):  # type: ignore[misc]
         self, request_iterator: AsyncIterator[w_pb2.WorkerMessage], session: _Session
     ) -> None:
         try:
-            async for msg in request_iterator:
+            async for msg in unbatched(request_iterator):
                 try:
                     await self._hub.handle(session.worker_id, report_from_pb(msg, rank_of=_rank_of))
                 except InvalidRequest as e:
