@@ -49,6 +49,8 @@ TARGET_FIELDS = (
     "env",
     "outputs",
     "secrets",
+    "container",
+    "preemptible",
 )
 
 
@@ -362,7 +364,7 @@ def write_manifests(
 
 def target_provenance(label: Label) -> dict[str, str]:
     """Where each manifest field of a job target came from (see TARGET_FIELDS)."""
-    from rbs.wire.manifest import DEFAULT_SOURCE, PROVENANCE_FIELDS
+    from rbs.wire.manifest_provenance import DEFAULT_SOURCE, PROVENANCE_FIELDS
 
     source = f"target {label}"
     return {f: source if f in TARGET_FIELDS else DEFAULT_SOURCE for f in PROVENANCE_FIELDS}

@@ -58,7 +58,14 @@ def print_show(info: JobInfo) -> None:
     row("Queue", info.queue, "queue")
     row("Preemptible", "yes" if m.get("preemptible") else "no", "preemptible")
     if m.get("container"):
-        row("Container", f"{m['container']}, network {m.get('network') or 'host'}", "container")
+        image = f"{m['container']}, network {m.get('network') or 'host'}"
+        net = prov.get("network")
+        if "container" in prov and net and net != prov["container"]:
+            # The network may come from elsewhere (a flag over a target's image).
+            image += f"  [dim]({prov['container']}; network: {net})[/]"
+            t.add_row("Container", image)
+        else:
+            row("Container", image, "container")
     p = r.get("priority", {})
     row(
         "Priority",

@@ -1,8 +1,10 @@
 """Row codecs of the scheduler's journal (`rbs.scheduler.store`): records to SQLite rows and back.
 
-A job's manifest and provenance never change once it is submitted, yet its row is
-written again on every change of its state (each task of an array): `RowCodec` keeps
-their JSON for the jobs written lately, so a busy job's row re-encodes only its body.
+A job's row is written again on every change of its state (each task of an array), while
+its manifest and provenance change only when `rbs job update` replaces them (new objects).
+`RowCodec` keeps their JSON for the jobs written lately and encodes them again only when
+the record holds other objects than the kept ones (compared by identity), so a busy job's
+row re-encodes only its body and an updated job's row carries its new manifest.
 """
 
 from __future__ import annotations

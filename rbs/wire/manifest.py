@@ -1,4 +1,5 @@
-"""JobManifest <-> deterministic JSON, and CLI flags layered over a manifest with per-field provenance."""
+"""JobManifest <-> deterministic JSON, and CLI flags layered over a manifest with per-field
+provenance (its keys and sources: rbs.wire.manifest_provenance)."""
 
 from __future__ import annotations
 
@@ -22,35 +23,9 @@ from rbs.units import SpecError
 from rbs.wire import specs
 from rbs.wire.cores import format_cores, parse_cores
 from rbs.wire.manifest_limits import check_manifest
+from rbs.wire.manifest_provenance import DEFAULT_SOURCE, PROVENANCE_FIELDS, field_label
+from rbs.wire.manifest_provenance import provenance_for as provenance_for  # for its users
 
-# Provenance keys: the manifest's field names, with resources split per quantity.
-PROVENANCE_FIELDS = (
-    "name",
-    "command",
-    "input_root",
-    "resources.cpu",
-    "resources.memory",
-    "resources.gpus",
-    "queue",
-    "priority",
-    "time_limit",
-    "nodes",
-    "elastic",
-    "min_nodes",
-    "max_nodes",
-    "max_retries",
-    "requeue",
-    "restarts",
-    "checkpoint_dir",
-    "env",
-    "outputs",
-    "secrets",
-    "array",
-    "dependencies",
-    "begin_time",
-    "deadline",
-)
-DEFAULT_SOURCE = "default"
 # Container jobs only (and so absent from other manifests, which read as before).
 CONTAINER_KEYS = ("container", "network")
 # Joblet's resource flags, present only when set (so other manifests read as before).
@@ -240,18 +215,6 @@ def _resources(value: Any) -> Resources:
     )
 
 
-def provenance_for(m: JobManifest, source: str) -> dict[str, str]:
-    """Provenance of a manifest made by one source: fields off their default come from it."""
-    base = manifest_to_dict(JobManifest(name=m.name, command=m.command))
-    have = manifest_to_dict(m)
-    out: dict[str, str] = {}
-    for field in PROVENANCE_FIELDS:
-        top, _, sub = field.partition(".")
-        a, b = (have[top][sub], base[top][sub]) if sub else (have[top], base[top])
-        out[field] = source if (a != b or field in ("name", "command")) else DEFAULT_SOURCE
-    return out
-
-
 def _given(value: Any, problem: str) -> str:
     """The value of a flag an error is about: of a repeated flag, the item it names."""
     if isinstance(value, list | tuple):
@@ -394,17 +357,7 @@ def apply_flags(
         name = flag.removeprefix("flag ")
         given = _given(flags.get(name), str(e))
         raise SpecError(name, given, str(e), "see `rbs job submit --help`") from None
-    return check_manifest(manifest, lambda field: _label(prov, field)), prov
-
-
-def _label(prov: Mapping[str, str], field: str) -> str:
-    """How an error names a field: the flag that set it, else the field and its source."""
-    source = prov.get(field, DEFAULT_SOURCE)
-    if source == "flag --":
-        return "the command after --"
-    if source.startswith("flag "):
-        return source.removeprefix("flag ")
-    return field if source == DEFAULT_SOURCE else f"{field} (from {source})"
+    return check_manifest(manifest, lambda field: field_label(prov, field)), prov
 
 
 # What a flag's value may be in a JSON body: text as typed, or the Python API's values.
