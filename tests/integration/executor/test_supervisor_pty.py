@@ -13,6 +13,7 @@ from rbs.executor.supervisor_client import SupervisorClient
 from rbs.executor.supervisor_proto import (
     Exited,
     Input,
+    KillRun,
     Lines,
     Message,
     Output,
@@ -94,6 +95,13 @@ def _run(tmp_path: Path, body: Callable[[SupervisorClient, Events], Awaitable[No
         try:
             await body(client, events)
         finally:
+            # A failed check leaves its run alive, and Shutdown waits for live runs:
+            # kill what is still running so that no supervisor outlives the test.
+            alive = {m.lease_id for m in events.got if isinstance(m, Started)}
+            alive -= {m.lease_id for m in events.got if isinstance(m, Exited)}
+            for lease in sorted(alive):
+                client.send(KillRun(lease_id=lease, reason="cancel", message="test over"))
+            await _until("the runs' exits", lambda: all(events.exited(x) for x in alive), 30)
             client.send(Shutdown())
             client.close()
 
