@@ -25,6 +25,7 @@ import math
 
 from rbs.model import Resources
 from rbs.scheduler.lifecycle import start_run
+from rbs.scheduler.pass_failures import PassFailures
 from rbs.scheduler.pinning import cores_free
 from rbs.scheduler.policy import Shape
 from rbs.scheduler.preempt import preempt, preempted_queues
@@ -67,13 +68,11 @@ class Pass:
         self.blocked: dict[Shape, str] = {}
         self.closed: set[Shape] = set()
         self.unreservable: set[tuple[Resources, int]] = set()
-        # Single-node requests (cpu, memory, GPUs) that no worker has free, reservations
-        # or not: any request at least as big cannot be placed for the rest of the pass,
-        # whatever its time limit. Distinct requests are few; shapes (with limits) many.
-        self.no_room: set[tuple[int, int, int]] = set()
-        self.no_room_min: list[tuple[int, int, int]] = []
+        # The shapes that failed, and the single-node requests (cpu, memory, GPUs) no
+        # worker has free, reservations or not: any shape at least as big fails for the
+        # rest of the pass (pass_failures.py).
+        self.failures = PassFailures(st.work)
         self.nothing_fits = False
-        self.failed_min: list[tuple[Shape, str]] = []
         self.dead: set[Shape] = set()  # shapes known to fail for the rest of the pass
         self.witness: Shape | None = None  # the last shape seen still possible
         # The queue's shapes in order, as `_all_fail` walks them: those before `_order_at`
@@ -102,10 +101,10 @@ class Pass:
                 job.eval_pass = st.pass_no
                 allocated = len(self.reserved), st.pass_starts
                 # Most jobs a busy pass meets are at least as big as one that failed.
-                reason = self._known_to_fail(job.shape) if self.failed_min else None
+                reason = self._known_to_fail(job.shape) if self.failures else None
                 if reason is not None:
                     self.blocked[job.shape] = reason
-                    if reason == "Resources" and self.may_preempt(job):
+                    if reason == "Resources" and self.preempting and self.may_preempt(job):
                         preempt(st, job)  # what hides it from placement does not from this
                 else:
                     reason = self.fill(job, checked=True)
@@ -160,13 +159,12 @@ class Pass:
             if placement is None:
                 pinned = bool(job.manifest.cpu_cores)  # says nothing about unpinned jobs
                 if single and not room and job.manifest.container is None and not pinned:
-                    self.no_room.add(req)
-                    self.no_room_min.append(req)
+                    self.failures.add_no_room(req)
                 why = self.fail(job, room)
                 if why == "Resources" and not room:
                     preempt(st, job)  # victims' room comes back once they have exited
                 if not pinned:
-                    self.failed_min.append((job.shape, why))
+                    self.failures.add(job.shape, why)
                 self.nothing_fits = self._all_fail()
                 return why
             self.start(job, placement)
@@ -229,25 +227,8 @@ class Pass:
                 self.start(job, placement)
 
     def _known_to_fail(self, shape: Shape) -> str | None:
-        """The reason a shape cannot start, if that follows from failures earlier in the pass.
-
-        Capacity only shrinks and reservations only grow during a pass, so a shape at
-        least as big as one that failed (cpu, memory, GPUs, nodes, time limit) fails
-        too, and so does a request no worker has free, whatever its time limit.
-        """
-        if self._no_room((shape[0], shape[1], shape[2])):
-            return "Resources"
-        for f, why in self.failed_min:
-            if (
-                f[0] <= shape[0]
-                and f[1] <= shape[1]
-                and f[2] <= shape[2]
-                and f[3] <= shape[3]
-                and f[4] <= shape[4]
-                and f[5] <= shape[5]
-            ):
-                return why
-        return None
+        """The reason a shape cannot start, if that follows from failures earlier in the pass."""
+        return self.failures.known_to_fail(shape)
 
     def _all_fail(self) -> bool:
         """Whether nothing left in the queue can start (checked while the queue holds few
@@ -274,16 +255,6 @@ class Pass:
             i += 1
         self._order_at = i
         return True
-
-    def _no_room(self, req: tuple[int, int, int]) -> bool:
-        if req in self.no_room:
-            return True
-        cpu, mem, gpus = req
-        for c, m, g in self.no_room_min:
-            if c <= cpu and m <= mem and g <= gpus:
-                self.no_room.add(req)
-                return True
-        return False
 
     def fail(self, job: Job, room: bool) -> str:
         """Record that the job's shape cannot start now, for the rest of the pass.

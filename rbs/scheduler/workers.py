@@ -24,13 +24,22 @@ _FreeKey = tuple[int, int, int, int, int]  # free gpus, cpu, memory, slots, work
 class Work:
     """Operation counters of the core (never timings): what a decision costs, for tests and benches."""
 
-    __slots__ = ("allocations_visited", "jobs_examined", "shapes_examined", "workers_examined")
+    __slots__ = (
+        "allocations_visited",
+        "failure_checks",
+        "jobs_examined",
+        "shapes_examined",
+        "workers_examined",
+    )
 
     def __init__(self) -> None:
         self.workers_examined = 0  # worker entries looked at by placement and reservation
         self.allocations_visited = 0  # release-calendar entries walked by reservations
         self.jobs_examined = 0  # jobs a pass tried to start
         self.shapes_examined = 0  # distinct task shapes a pass reached
+        # Shapes compared with a failure earlier in their pass (pass_failures.py); kept
+        # out of `total`, whose figures the tests of the other counts compare.
+        self.failure_checks = 0
 
     def total(self) -> int:
         return (

@@ -194,3 +194,45 @@ def test_ageing_to_the_cap_keeps_the_queue_in_priority_order() -> None:
         )
     sim.run(until=10_000)
     assert not sched.has_unfinished_jobs()
+
+
+def _antichain_case(shapes: int) -> tuple[float, float]:
+    # Sixteen-cpu workers full of one-cpu jobs, so an exit frees one cpu, and `shapes`
+    # pending jobs of which none is at least as big as another (cpu grows as memory
+    # shrinks): each one the pass reaches fails on its own and joins the failures every
+    # later shape is compared with. Returns (failure comparisons, failed shapes reached)
+    # per exit.
+    workers = 200
+    running: list[Event] = [
+        Submit(manifest=manifest(res=(1, 1, 0), time_limit=1000 + i)) for i in range(16 * workers)
+    ]
+    pending: list[Event] = [
+        Submit(
+            manifest=manifest(
+                res=(2 + i / 1000, 1 + (shapes - i) / 1024, 0), time_limit=100_000, name=f"j{i}"
+            )
+        )
+        for i in range(shapes)
+    ]
+    sched, started = _full_cluster(workers, cpus=16, slots=16, running=running, pending=pending)
+    checks, reached = sched.work.failure_checks, sched.work.shapes_examined
+    _work_per_exit(sched, started, exits=20, expect_start=False)
+    return (sched.work.failure_checks - checks) / 20, (sched.work.shapes_examined - reached) / 20
+
+
+def test_one_exit_compares_each_pending_shape_with_each_failure_at_most_once() -> None:
+    # One task end on a full cluster with many pending shapes. With few distinct shapes
+    # the pass also asks, after each failure, whether any shape left can start; the
+    # answers kept per shape mean no shape is compared twice with one failure (or one
+    # request no worker has free) in a pass: at most 2 x shapes x failures comparisons.
+    depth = SchedulerConfig().pass_depth
+    few_checks, few_reached = _antichain_case(100)
+    assert few_reached >= 50, few_reached  # the pass does meet most of them
+    assert 0 < few_checks <= 2 * 100 * few_reached, few_checks
+    # With more shapes than that check covers the pass stops at `pass_depth` failures:
+    # the comparisons are bounded by depth x depth whatever the number pending.
+    small_checks, _ = _antichain_case(500)
+    large_checks, large_reached = _antichain_case(10_000)
+    assert large_reached <= depth + 1, large_reached
+    assert large_checks <= 1.5 * small_checks, (small_checks, large_checks)
+    assert large_checks <= 2 * depth * depth, large_checks
