@@ -10,6 +10,7 @@ import pytest
 
 from rbs.build import handover
 from rbs.build.api import load_and_analyze
+from rbs.build.errors import BuildError
 from rbs.build.graph import ActionGraph, ActionSpec
 
 MakeWs = Callable[[dict[str, str]], Path]
@@ -78,3 +79,65 @@ def test_providers_read_the_same_through_json_and_through_values(
     # A provider's dict keys are strings on both paths (`_plain`); a tuple reads as a list.
     want = '[("1", "one"), ("2", "two")] [1, 2] 10000000000000000000000 0.5 ["a", "b"]'
     assert writes(g) == {"//pkg:u": want}
+
+
+# ctx.expand_make_variables expands plain make variables in Starlark and leaves
+# $(location ...) and every error to Python (rbs/build/expand.py): the same text either way.
+EXPAND_DEFS = """
+def _ex_impl(ctx):
+    subs = {"X": "x1", "Y": "y 2", "@": "out.txt", "<": "in.txt", "A B": "spaced"}
+    text = "\\n".join([ctx.expand_make_variables("cmd", t, subs) for t in ctx.attr.texts])
+    ctx.actions.write(ctx.outputs.out, text)
+
+ex = rule(implementation = _ex_impl, attrs = {"texts": attr.string_list(), "out": attr.output()})
+"""
+
+EXPAND_TEXTS = [
+    "",
+    "plain text, no variables",
+    "cp $< $@",
+    "$(X)$(Y)$X$Y",
+    "$$ $$X $$(X) $$$X a$$$$b",
+    "$(X))( $@$<",
+    "$(A B)",
+    "end $$",
+]
+
+
+def test_make_variables_expand_as_python_does(make_ws: MakeWs) -> None:
+    from rbs.build.expand import expand
+
+    subs = {"X": "x1", "Y": "y 2", "@": "out.txt", "<": "in.txt", "A B": "spaced"}
+    texts = ", ".join(repr(t) for t in EXPAND_TEXTS)
+    root = make_ws(
+        {
+            "pkg/defs.rbs": EXPAND_DEFS,
+            "pkg/BUILD": f'load(":defs.rbs", "ex")\nex(name = "e", texts = [{texts}], out = "e.txt")\n',
+        }
+    )
+    g = load_and_analyze(root, ("//pkg:e",))[1]
+    want = "\n".join(expand(t, subs, lambda *a: "") for t in EXPAND_TEXTS)
+    assert writes(g) == {"//pkg:e": want}
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("echo $(NOPE)", "$(NOPE) is not defined; known here:"),
+        ("echo $Q", "$Q is not defined (write $$ for a literal $"),
+        ("echo $", "unterminated $ at the end"),
+        ("echo $(X", "unterminated $( in"),
+        ("echo $( X)", "$( X) is not defined"),
+    ],
+)
+def test_make_variable_errors_are_python_s(make_ws: MakeWs, text: str, error: str) -> None:
+    root = make_ws(
+        {
+            "pkg/defs.rbs": EXPAND_DEFS,
+            "pkg/BUILD": f'load(":defs.rbs", "ex")\nex(name = "e", texts = [{text!r}], out = "e.txt")\n',
+        }
+    )
+    with pytest.raises(BuildError) as ei:
+        load_and_analyze(root, ("//pkg:e",))
+    assert error in ei.value.message
+    assert "attribute 'cmd'" in ei.value.message
