@@ -76,6 +76,18 @@ def base_env(dirs: RunDirs, source: Mapping[str, str] | None = None) -> dict[str
     return env
 
 
+def make_root(dirs: RunDirs) -> bool:
+    """Make the run's folder (and the folders above it); True when it is new, False
+    when an earlier try of the same lease left it (its spool goes on)."""
+    try:
+        os.mkdir(dirs.root)
+    except FileExistsError:
+        return False
+    except FileNotFoundError:  # the worker's jobs/ folder is gone: make it again
+        dirs.root.mkdir(parents=True, exist_ok=True)
+    return True
+
+
 def prepare(
     store: BlobStore,
     dirs: RunDirs,
@@ -84,16 +96,19 @@ def prepare(
     checkpoint: Digest | None,
     checkpoint_dir: str | None,
     prefetch: Callable[[Digest], None] | None = None,
+    fresh: bool = False,
 ) -> list[str]:
     """Create the run's folders and materialize its inputs (and checkpoint) by copy.
 
-    Returns lines for the job's sys log. Raises CasError/OSError when an input cannot be
-    materialized; the caller reports that as the run's failure.
+    `fresh`: `make_root` has just made the run's folder, so nothing of an earlier try
+    is in it. Returns lines for the job's sys log. Raises CasError/OSError when an input
+    cannot be materialized; the caller reports that as the run's failure.
     """
     notes: list[str] = []
-    dirs.root.mkdir(parents=True, exist_ok=True)
-    for leftover in (dirs.work, dirs.tmp):
-        remove(leftover)  # of an earlier try of this very lease; the spool stays
+    if not fresh:
+        dirs.root.mkdir(parents=True, exist_ok=True)
+        for leftover in (dirs.work, dirs.tmp):
+            remove(leftover)  # of an earlier try of this very lease; the spool stays
     dirs.tmp.mkdir()
     if input_root is not None:
         if prefetch is not None:

@@ -484,7 +484,7 @@ class JobHost:
         while len(self._forgotten) > FORGOTTEN_KEPT:
             self._forgotten.popitem(last=False)
         if run.exited is not None and self.supervisor.connected:
-            self.supervisor.send(Forget(lease_id=run.lease_id))
+            self.supervisor.send_later(Forget(lease_id=run.lease_id))  # with the next StartRun
         run.close()
         self._trash.add(run.dirs)  # on a thread, with other runs' folders
 

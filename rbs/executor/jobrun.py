@@ -213,7 +213,8 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
     """Folders, inputs, first notes (blocking; call on a thread): the spec to start, or
     the result of a run that cannot start."""
     lease, dirs = run.lease, run.dirs
-    spool = run.spool = LogSpool(dirs.spool)  # makes the run's folder
+    fresh = jobfiles.make_root(dirs)  # one mkdir: the spool's open then finds it
+    spool = run.spool = LogSpool(dirs.spool)
     if host.users is not None:  # the run may pass through, not read its log or list
         os.chmod(dirs.spool, 0o600)
         os.chmod(dirs.root, 0o711)
@@ -238,6 +239,7 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
             checkpoint=lease.checkpoint,
             checkpoint_dir=manifest.checkpoint_dir,
             prefetch=host.prefetch,
+            fresh=fresh,
         )
         for text in notes:
             note(text)

@@ -4,7 +4,9 @@
 previous daemon answers, and the daemon re-attaches to its runs (`list_runs`). With
 no socket, or a dead one, it starts a fresh supervisor in its own session, waits for
 its "ready" line, and connects. Events arrive on the event loop through `on_event`; a
-supervisor that goes away unasked is reported through `on_lost`.
+supervisor that goes away unasked is reported through `on_lost`. A frame nobody waits
+for (a Forget) goes with the next frame, or within LATER_S (`send_later`): one write
+and one wake-up of the supervisor for both.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from rbs.executor.supervisor_proto import (
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0  # a fresh interpreter on a loaded host
+LATER_S = 0.5  # the longest a `send_later` frame waits for company
 
 
 class SupervisorError(Exception):
@@ -61,6 +64,10 @@ class SupervisorClient(asyncio.Protocol):
         self._runs: asyncio.Future[Runs] | None = None
         self._closing = False
         self.proc: subprocess.Popen[bytes] | None = None
+        # Frames that may wait (`send_later`): they go with the next `send`, or after
+        # LATER_S, so a short job's Forget rides in the next job's StartRun write.
+        self._later: list[bytes] = []
+        self._later_timer: asyncio.TimerHandle | None = None
 
     @property
     def connected(self) -> bool:
@@ -132,10 +139,36 @@ class SupervisorClient(asyncio.Protocol):
     def send(self, msg: Message) -> None:
         if self._transport is None:
             raise SupervisorError("not connected to the run supervisor")
-        self._transport.write(encode(msg))
+        frame = encode(msg)
+        if self._later:
+            frame = b"".join((*self._later, frame))
+            self._drop_later()
+        self._transport.write(frame)
+
+    def send_later(self, msg: Message) -> None:
+        """Send a frame nobody waits for (a Forget) with the next `send`, or within
+        LATER_S; in order with every other frame. Lost with the connection."""
+        if self._transport is None:
+            raise SupervisorError("not connected to the run supervisor")
+        self._later.append(encode(msg))
+        if self._later_timer is None:
+            self._later_timer = asyncio.get_running_loop().call_later(LATER_S, self.flush)
+
+    def flush(self) -> None:
+        """Write the frames `send_later` holds now."""
+        if self._later and self._transport is not None:
+            self._transport.write(b"".join(self._later))
+        self._drop_later()
+
+    def _drop_later(self) -> None:
+        self._later = []
+        if self._later_timer is not None:
+            self._later_timer.cancel()
+            self._later_timer = None
 
     def close(self) -> None:
         self._closing = True
+        self.flush()
         if self._transport is not None:
             self._transport.close()
             self._transport = None
@@ -166,6 +199,7 @@ class SupervisorClient(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._drop_later()
         if not self._closing:
             log.error("lost the connection to the run supervisor: %s", exc or "it closed it")
             self._on_lost()

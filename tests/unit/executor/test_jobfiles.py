@@ -126,3 +126,36 @@ def test_remove_handles_read_only_folders(tmp_path: Path) -> None:
     locked.chmod(0o500)
     jobfiles.remove(tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_make_root_tells_a_new_run_folder_from_an_earlier_tries(tmp_path: Path) -> None:
+    dirs = RunDirs(root=tmp_path / "jobs" / "lease-1")  # jobs/ is made too
+    assert jobfiles.make_root(dirs) is True
+    assert dirs.root.is_dir()
+    assert jobfiles.make_root(dirs) is False  # the folder is there: an earlier try's
+
+
+def test_prepare_of_a_fresh_folder_makes_work_and_tmp(tmp_path: Path) -> None:
+    dirs = RunDirs(root=tmp_path / "run")
+    assert jobfiles.make_root(dirs)
+    notes = jobfiles.prepare(
+        MemoryStore(), dirs, input_root=None, checkpoint=None, checkpoint_dir=None, fresh=True
+    )
+    assert notes == []
+    assert dirs.work.is_dir() and not any(dirs.work.iterdir())
+    assert dirs.tmp.is_dir()
+
+
+def test_prepare_of_an_earlier_tries_folder_clears_work_and_tmp_and_keeps_the_spool(
+    tmp_path: Path,
+) -> None:
+    dirs = RunDirs(root=tmp_path / "run")
+    (dirs.work / "sub").mkdir(parents=True)
+    (dirs.work / "sub" / "left").write_text("x")
+    dirs.tmp.mkdir()
+    (dirs.tmp / "t").write_text("x")
+    dirs.spool.write_text("kept\n")
+    assert jobfiles.make_root(dirs) is False
+    jobfiles.prepare(MemoryStore(), dirs, input_root=None, checkpoint=None, checkpoint_dir=None)
+    assert list(dirs.work.iterdir()) == [] and list(dirs.tmp.iterdir()) == []
+    assert dirs.spool.read_text() == "kept\n"
