@@ -98,6 +98,16 @@ class CgroupFs:
         except OSError as e:
             raise CgroupError(f"cannot read {path}: {e.strerror or e}") from e
 
+    def read_if_there(self, path: Path) -> str | None:
+        """A file's text, or None when it (or its group) does not exist: one open where
+        `exists` and `read` make a stat and an open."""
+        try:
+            return _read_small(path).decode()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CgroupError(f"cannot read {path}: {e.strerror or e}") from e
+
     def write(self, path: Path, value: str) -> None:
         # cgroupfs takes one value per write(2), so write it whole in a single call.
         try:
@@ -140,8 +150,13 @@ def _read_small(path: Path) -> bytes:
 
 def read_keyed(fs: CgroupFs, path: Path) -> dict[str, int]:
     """Parse a flat keyed file such as memory.events or cpu.stat ("key value" lines)."""
+    return parse_keyed(fs.read(path))
+
+
+def parse_keyed(text: str | None) -> dict[str, int]:
+    """A flat keyed file's text as a dict (None, a missing file: empty)."""
     out: dict[str, int] = {}
-    for line in fs.read(path).splitlines():
+    for line in (text or "").splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].lstrip("-").isdigit():
             out[parts[0]] = int(parts[1])
@@ -150,9 +165,10 @@ def read_keyed(fs: CgroupFs, path: Path) -> dict[str, int]:
 
 def read_int(fs: CgroupFs, path: Path) -> int | None:
     """An integer file, or None when it does not exist on this kernel."""
-    if not fs.exists(path):
+    text = fs.read_if_there(path)
+    if text is None:
         return None
-    text = fs.read(path).strip()
+    text = text.strip()
     return int(text) if text.isdigit() else None
 
 

@@ -25,8 +25,8 @@ from rbs.executor.cgroup_base import (
     group_name,
     kill_pids,
     make_group,
+    parse_keyed,
     read_int,
-    read_keyed,
     remove_groups,
     unlimited_notes,
 )
@@ -76,9 +76,8 @@ class V1Cgroup(JobCgroup):
         mem = self.groups.get("memory")
         if mem is not None:
             peak = read_int(self._fs, mem / "memory.max_usage_in_bytes")
-            oom_control = mem / "memory.oom_control"
-            if self._fs.exists(oom_control):
-                oom = read_keyed(self._fs, oom_control).get("oom_kill", 0)
+            oom_control = self._fs.read_if_there(mem / "memory.oom_control")
+            oom = parse_keyed(oom_control).get("oom_kill", 0)
         cpu = None
         ns = None
         acct = self.groups.get("cpuacct")

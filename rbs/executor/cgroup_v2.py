@@ -25,8 +25,8 @@ from rbs.executor.cgroup_base import (
     group_name,
     kill_pids,
     make_group,
+    parse_keyed,
     read_int,
-    read_keyed,
     remove_groups,
     unlimited_notes,
 )
@@ -76,26 +76,26 @@ class V2Cgroup(JobCgroup):
         return kill_pids(self._fs, [self.path], sig)
 
     def populated(self) -> bool:
-        events = self.path / "cgroup.events"
-        if not self._fs.exists(events):
+        events = self._fs.read_if_there(self.path / "cgroup.events")
+        if events is None:
             return bool(self.pids())
-        return read_keyed(self._fs, events).get("populated", 0) == 1
+        return parse_keyed(events).get("populated", 0) == 1
 
     def usage(self) -> Usage:
         peak = (
             read_int(self._fs, self.path / "memory.peak") if "memory" in self.controllers else None
         )
         oom = 0
-        events = self.path / "memory.events"
-        if "memory" in self.controllers and self._fs.exists(events):
-            oom = read_keyed(self._fs, events).get("oom_kill", 0)
+        if "memory" in self.controllers:
+            events = self._fs.read_if_there(self.path / "memory.events")
+            oom = parse_keyed(events).get("oom_kill", 0)
         usec = self._usec()
         cpu = None if usec is None else (usec - self._base_usec) / 1e6
         return Usage(peak_memory_bytes=peak, oom_kills=oom, cpu_time_s=cpu)
 
     def _usec(self) -> int | None:
-        stat = self.path / "cpu.stat"
-        return read_keyed(self._fs, stat).get("usage_usec") if self._fs.exists(stat) else None
+        stat = self._fs.read_if_there(self.path / "cpu.stat")
+        return None if stat is None else parse_keyed(stat).get("usage_usec")
 
     def recycle(self) -> bool:
         """Without the memory controller only cpu time counts, from now on. With it, no:

@@ -1,0 +1,33 @@
+"""Reading cgroup files that a kernel may not have: one open, None when missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rbs.executor.cgroup_base import CgroupError, CgroupFs, parse_keyed, read_int
+
+
+def test_read_if_there_gives_the_text_or_none(tmp_path: Path) -> None:
+    fs = CgroupFs()
+    (tmp_path / "memory.peak").write_text("4096\n")
+    assert fs.read_if_there(tmp_path / "memory.peak") == "4096\n"
+    assert fs.read_if_there(tmp_path / "memory.events") is None
+    assert fs.read_if_there(tmp_path / "gone" / "cpu.stat") is None  # a removed group
+    assert read_int(fs, tmp_path / "memory.peak") == 4096
+    assert read_int(fs, tmp_path / "memory.swap.peak") is None
+
+
+def test_read_if_there_reports_other_errors(tmp_path: Path) -> None:
+    (tmp_path / "group").mkdir()
+    with pytest.raises(CgroupError, match="cannot read"):
+        CgroupFs().read_if_there(tmp_path / "group")  # a folder, not a file: EISDIR
+
+
+def test_parse_keyed_of_a_missing_file_is_empty() -> None:
+    assert parse_keyed(None) == {}
+    assert parse_keyed("usage_usec 12\nnr_periods 0\nbad line here\n") == {
+        "usage_usec": 12,
+        "nr_periods": 0,
+    }
