@@ -38,7 +38,8 @@ from rbs.wire.manifest import job_path
 # 1: JobLease.manifest_json (JSON text). 2: JobLease.manifest (typed), Register
 # carries protocol_version. 3: the job lease (Registered.lease_ttl and kill_grace,
 # LeaseRenewal), which a worker must enforce. 4: JobFinished.lines (a run's last log
-# lines ride with its result) and ResultAck.log_seq (one ack for both).
+# lines ride with its result), ResultAck.log_seq (one ack for both), and WorkerBatch /
+# ServerBatch (what waits in an outbox goes as one message; rbs.wire.workers_batch).
 WORKERS_PROTOCOL = 4
 # What a Register without protocol_version (0) speaks: it predates the field.
 _UNVERSIONED = 1
