@@ -30,9 +30,9 @@ blob under `blobs/<fn>/` with its size and last use, and answers from it alone:
   "missing", an upload.)
 - **Use tracking.** A blob's mtime is its last use (rbs.cas.disk). The index keeps the
   last use it knows per blob; a present blob whose last use is over `fresh_s` old is
-  touched on disk by a background thread (the answer does not wait for it), and its
-  in-memory use is set at once, so the store's own eviction (`hide`) honours it even
-  before the touch lands. Another process's `rbs cas gc` sees only mtimes: a blob
+  touched on disk by a background thread (`TOUCH_DEFER_S` later: the answer neither
+  waits for it nor shares the interpreter with it), and its in-memory use is set at
+  once, so the store's own eviction (`hide`) honours it before the touch lands. Another process's `rbs cas gc` sees only mtimes: a blob
   reported present in the milliseconds before its touch lands can be evicted by it,
   and the journal then makes the next lookup report it missing.
 
@@ -54,14 +54,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from rbs.model import Digest, DigestFunction
 
 # Marker and journal files in the store root (see the module docstring).
-INDEXED = "indexed"
-JOURNAL = "journal"
+INDEXED, JOURNAL = "indexed", "journal"
 AUDIT_INTERVAL = 900.0
+TOUCH_DEFER_S = 0.05  # touches wait this long, so the answer that queued them goes first
 # A str's hash is never -1 (CPython reserves it), so -1 marks an empty slot.
 _EMPTY = -1
 # Sizes of empty slots and of removed entries (tombstones, which probing walks past).
-_NONE = -1
-_GONE = -2
+_NONE, _GONE = -1, -2
 _MIN_SLOTS = 1 << 10
 
 
@@ -183,7 +182,7 @@ class PresenceIndex:
         self._journal_at, self._replay_until = _journal_start(self._journal)
         self._marker = f"{root}/{INDEXED}"
         self._touch = touch
-        self._touches: list[str] = []
+        self._touches: list[tuple[str, list[str]]] = []  # (folder prefix, hashes)
         self._touch_wake = threading.Condition(self._lock)
         self._touching = 0
         with open(self._marker, "w") as f:
@@ -198,45 +197,19 @@ class PresenceIndex:
     # Lookups.
 
     def find_missing(self, digests: Iterable[Digest]) -> list[Digest]:
-        """The digests not in the store, each once, in the order asked (index ready)."""
-        self._read_journal()
-        missing: list[Digest] = []
-        now = int(time.time()) + 1
-        stale = now - self.fresh_s
-        touches: list[str] = []
-        with self._lock:
-            fn: DigestFunction | None = None
-            t = self._tables[DigestFunction.BLAKE3]
-            keys, sizes, checks, used, mask = t.keys, t.sizes, t.checks, t.used, t.mask
-            prefix = ""
-            for d in digests:
-                size = d.size
-                if size == 0:
-                    continue
-                if d.function is not fn:  # an enum's hash is Python code: look up on change
-                    fn = d.function
-                    t = self._tables[fn]
-                    keys, sizes, checks, used, mask = t.keys, t.sizes, t.checks, t.used, t.mask
-                    prefix = self._prefixes[fn]
-                h = d.hash
-                k = hash(h)
-                i = k & mask
-                while (kk := keys[i]) != k or sizes[i] != size or checks[i] != int(h[:8], 16):
-                    if kk == -1:  # _EMPTY, as a constant: this loop is the hot path
-                        i = -1
-                        break
-                    i = (i + 1) & mask
-                if i < 0:
-                    missing.append(d)
-                elif used[i] < stale:
-                    used[i] = now
-                    touches.append(f"{prefix}{h[:2]}/{h}")
-            if touches:
-                self._touches.extend(touches)
-                self._touch_wake.notify()
-        if len({d.hash for d in missing}) < len(missing):
-            missing = list(dict.fromkeys(missing))
-        return missing
+        """The digests not in the store, each once, in the order asked (index ready):
+        `missing_of` for each digest function asked."""
+        asked = list(digests)
+        by_fn: dict[DigestFunction, list[int]] = {}
+        for at, d in enumerate(asked):
+            by_fn.setdefault(d.function, []).append(at)
+        found: list[int] = []
+        for fn, ats in by_fn.items():
+            got = self.missing_of(fn, [asked[a].hash for a in ats], [asked[a].size for a in ats])
+            found.extend(ats[g] for g in got)
+        if len(by_fn) > 1:
+            found.sort()
+        return [asked[a] for a in found]
 
     def missing_of(self, fn: DigestFunction, hashes: list[str], sizes: list[int]) -> list[int]:
         """`find_missing` for one function on plain lists (a server's request, with no
@@ -246,8 +219,7 @@ class PresenceIndex:
         missing: list[int] = []
         now = int(time.time()) + 1
         stale = now - self.fresh_s
-        touches: list[str] = []
-        prefix = self._prefixes[fn]
+        touches: list[str] = []  # hashes: the touch thread makes their paths
         with self._lock:
             t = self._tables[fn]
             keys, sizes_, checks, used, mask = t.keys, t.sizes, t.checks, t.used, t.mask
@@ -257,7 +229,7 @@ class PresenceIndex:
                 k = hash(h)
                 i = k & mask
                 while (kk := keys[i]) != k or sizes_[i] != size or checks[i] != int(h[:8], 16):
-                    if kk == -1:  # _EMPTY (see find_missing)
+                    if kk == -1:  # _EMPTY, as a constant: this loop is the hot path
                         i = -1
                         break
                     i = (i + 1) & mask
@@ -265,9 +237,9 @@ class PresenceIndex:
                     missing.append(at)
                 elif used[i] < stale:
                     used[i] = now
-                    touches.append(f"{prefix}{h[:2]}/{h}")
+                    touches.append(h)
             if touches:
-                self._touches.extend(touches)
+                self._touches.append((self._prefixes[fn], touches))
                 self._touch_wake.notify()
         if len({hashes[i] for i in missing}) < len(missing):
             firsts = {(hashes[i], sizes[i]): i for i in reversed(missing)}
@@ -404,8 +376,10 @@ class PresenceIndex:
                 self._touching = len(batch)
                 if not batch and self._closed.is_set():
                     return
-            for path in batch:
-                self._touch(path)
+            self._closed.wait(TOUCH_DEFER_S)
+            for prefix, hashes in batch:
+                for h in hashes:
+                    self._touch(f"{prefix}{h[:2]}/{h}")
             with self._lock:
                 self._touching = 0
                 self._touch_wake.notify_all()
