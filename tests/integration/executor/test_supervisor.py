@@ -110,9 +110,10 @@ def test_a_run_starts_logs_and_exits(tmp_path: Path) -> None:
 
 def test_kill_and_a_lapsed_lease_stop_runs(tmp_path: Path) -> None:
     async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
-        trap = 'trap "echo term; exit 1" TERM; sleep 60 & wait'
+        trap = 'trap "echo term; exit 1" TERM; echo trapped; sleep 60 & wait'
         client.send(StartRun(spec=_spec(tmp, "2.1.0", trap)))
-        await _until("the start", lambda: any(isinstance(m, Started) for m in events.got))
+        # The kill must find the trap set: wait for the line the script says after it.
+        await _until("the trap", lambda: "trapped" in [t for _, _, t in events.lines("2.1.0")])
         client.send(KillRun(lease_id="2.1.0", reason="cancel", message="cancelled (scheduler)"))
         await _until("the killed run's exit", lambda: events.exited("2.1.0"))
         killed = events.exited("2.1.0")
