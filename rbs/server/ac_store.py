@@ -34,26 +34,33 @@ class SchemaError(RuntimeError):
     """The database was written by a newer rbs."""
 
 
+def open_store_db(path: Path, schema: str, version: int) -> sqlite3.Connection:
+    """One of the server's small SQLite stores: WAL, `synchronous=NORMAL`, one connection
+    shared by threads under the caller's lock, SCHEMA applied, a newer VERSION refused."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA busy_timeout=5000")
+    found = db.execute("PRAGMA user_version").fetchone()[0]
+    if found > version:
+        raise SchemaError(
+            f"{path} has schema version {found}, newer than this rbs understands "
+            f"({version}); upgrade rbs or point --data-dir elsewhere"
+        )
+    db.executescript(schema)
+    if found != version:  # only when new: a full disk must not stop a restart
+        db.execute(f"PRAGMA user_version={version}")
+    return db
+
+
 class ActionResultStore:
     """get/put/delete of serialized ActionResults; safe to call from several threads."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > _SCHEMA_VERSION:
-            raise SchemaError(
-                f"{self.path} has schema version {version}, newer than this rbs understands "
-                f"({_SCHEMA_VERSION}); upgrade rbs or point --data-dir elsewhere"
-            )
-        self._db.executescript(_SCHEMA)
-        if version != _SCHEMA_VERSION:  # only when new: a full disk must not stop a restart
-            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        self._db = open_store_db(self.path, _SCHEMA, _SCHEMA_VERSION)
 
     @staticmethod
     def _key(instance: str, digest: Digest) -> tuple[str, str, str, int]:

@@ -9,10 +9,11 @@ store keeps the newest MAX_KEPT invocations and forgets older ones."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+
+from rbs.server.ac_store import open_store_db
 
 MAX_KEPT = 10_000
 _SCHEMA_VERSION = 1
@@ -47,21 +48,8 @@ class InvocationStore:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > _SCHEMA_VERSION:
-            raise RuntimeError(
-                f"{self.path} has schema version {version}, newer than this rbs understands "
-                f"({_SCHEMA_VERSION}); upgrade rbs or point --data-dir elsewhere"
-            )
-        self._db.executescript(_SCHEMA)
-        if version != _SCHEMA_VERSION:
-            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        self._db = open_store_db(self.path, _SCHEMA, _SCHEMA_VERSION)
         self._puts = 0
 
     def put(self, doc: dict[str, Any]) -> None:
