@@ -28,11 +28,13 @@ from tmux_term import TMUX, Tmux
 pytestmark = pytest.mark.timeout(420)
 RBS = f"{shlex.quote(sys.executable)} -m rbs"
 UIDS = os.geteuid() == 0 and shutil.which("setpriv") is not None  # w2 gets a uid pool
-# Prints the window size on each SIGWINCH (a full-screen program redraws then).
+# Prints the window size on each SIGWINCH (a full-screen program redraws then), with
+# os.write: a print() in the handler, coming while another print() is inside stdout's
+# buffer, is a reentrant call that Python refuses.
 WINCH = (
     "/usr/bin/python3 -c 'import os, signal, sys; signal.signal(signal.SIGWINCH, "
-    'lambda *_: print("redrawn", *os.get_terminal_size(0), flush=True)); '
-    'print("drawn", flush=True); sys.stdin.readline()\''
+    'lambda *_: os.write(1, ("redrawn %d %d\\n" % tuple(os.get_terminal_size(0))).encode())); '
+    'os.write(1, b"drawn\\n"); sys.stdin.readline()\''
 )
 
 

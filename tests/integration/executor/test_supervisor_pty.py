@@ -62,13 +62,16 @@ def test_eof_is_the_terminals_end_of_file_character(tmp_path: Path) -> None:
     run_session(tmp_path, body)
 
 
+# The handler writes with os.write: a SIGWINCH that comes while print() is still inside
+# stdout's buffer (its line already on the terminal) would make a print() in the
+# handler a reentrant call, which Python refuses with a RuntimeError.
 WINCH = (
     "import os, signal, sys\n"
     "def show(*_):\n"
     "    cols, rows = os.get_terminal_size(0)\n"
-    "    print(f'redrawn {rows}x{cols}', flush=True)\n"
+    "    os.write(1, f'redrawn {rows}x{cols}\\n'.encode())\n"
     "signal.signal(signal.SIGWINCH, show)\n"
-    "print('drawn', flush=True)\n"
+    "os.write(1, b'drawn\\n')\n"
     "sys.stdin.readline()\n"
 )
 
@@ -83,7 +86,8 @@ def test_a_size_said_again_redraws_the_foreground_program(tmp_path: Path) -> Non
         client.send(StartRun(spec=interactive_spec(tmp_path, lease, script, pty=True)))
         await until("the first drawing", lambda: "drawn" in ev.lines(lease))
         client.send(Input(lease_id=lease, winsize=(30, 100)))  # a new size: the kernel's
-        await until("the resize", lambda: "redrawn 30x100" in ev.lines(lease))
+        await until("the resize", lambda: "redrawn 30x100" in ev.lines(lease) or ev.exited(lease))
+        assert not ev.exited(lease), ev.lines(lease)
         client.send(Input(lease_id=lease, winsize=(30, 100)))  # the same: the supervisor's
         await until("the redraw", lambda: ev.lines(lease).count("redrawn 30x100") == 2)
         client.send(Input(lease_id=lease, data=b64(b"\r")))
