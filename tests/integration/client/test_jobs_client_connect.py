@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from job_cluster_fixtures import cluster
 from jobs_harness import JobCluster
 
 from rbs.client.jobs import JobsClient
 
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[JobCluster]:
-    c = JobCluster(tmp_path / "server")
-    try:
-        c.add_worker(tmp_path / "w1")
-        yield c
-    finally:
-        c.stop()
+__all__ = ["cluster"]
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])

@@ -2,25 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from job_cluster_fixtures import client, cluster
 
-import pytest
-from jobs_harness import JobCluster
-
-from rbs.client.jobs import JobsClient
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[JobCluster]:
-    c = JobCluster(tmp_path / "server")
-    try:
-        c.add_worker(tmp_path / "w1")
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture
-def client(cluster: JobCluster) -> JobsClient:
-    return cluster.client()
+__all__ = ["client", "cluster"]
