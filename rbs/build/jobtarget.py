@@ -27,31 +27,25 @@ from rbs.build.errors import BuildError
 from rbs.build.graph import ActionGraph, File
 from rbs.build.labels import Label
 from rbs.model import Digest, DigestFunction, JobManifest, Resources
+from rbs.wire.manifest_provenance import DEFAULT_SOURCE, PROVENANCE_FIELDS
 
 JOB_MARK = "_rbs_job"
 MANIFEST_SUFFIX = ".job.json"
-# Manifest fields a job target decides; the others keep the scheduler's defaults.
-TARGET_FIELDS = (
-    "name",
-    "command",
-    "input_root",
-    "resources.cpu",
-    "resources.memory",
-    "resources.gpus",
-    "queue",
-    "time_limit",
-    "nodes",
-    "elastic",
-    "min_nodes",
-    "max_nodes",
-    "max_retries",
-    "checkpoint_dir",
-    "env",
-    "outputs",
-    "secrets",
-    "container",
-    "preemptible",
+# Manifest fields a job target decides; the others keep the scheduler's defaults (or
+# what `rbs job submit` flags say).
+_NOT_FROM_TARGETS = frozenset(
+    {
+        "priority",
+        "requeue",
+        "restarts",
+        "array",
+        "dependencies",
+        "begin_time",
+        "deadline",
+        "network",
+    }
 )
+TARGET_FIELDS = tuple(f for f in PROVENANCE_FIELDS if f not in _NOT_FROM_TARGETS)
 
 
 # Manifest fields -> the job rules' attribute names, for errors.
@@ -364,8 +358,6 @@ def write_manifests(
 
 def target_provenance(label: Label) -> dict[str, str]:
     """Where each manifest field of a job target came from (see TARGET_FIELDS)."""
-    from rbs.wire.manifest_provenance import DEFAULT_SOURCE, PROVENANCE_FIELDS
-
     source = f"target {label}"
     return {f: source if f in TARGET_FIELDS else DEFAULT_SOURCE for f in PROVENANCE_FIELDS}
 
