@@ -57,9 +57,10 @@ from rbs.scheduler.store import Store
 from rbs.scheduler.views import JobView
 from rbs.server.interning import Interner
 from rbs.server.job_errors import JobRequestError as JobRequestError
-from rbs.server.job_logs import JobLogs, LogIntake
+from rbs.server.job_logs import JobLogs
 from rbs.server.job_outputs import JobOutputs
 from rbs.server.job_records import record_view
+from rbs.server.log_intake import LogIntake
 from rbs.server.workers_service import WorkerHub
 from rbs.wire.errors import StorageFull
 from rbs.wire.workers_jobs import (
@@ -265,7 +266,7 @@ class JobDriver:
                 rec = ins.record
                 if self._states.get(rec.job_id) is not rec.state:
                     self._states[rec.job_id] = rec.state
-                    self.logs.wake(rec.job_id)
+                    self.logs.state_changed(rec.job_id, rec.state.terminal)
             elif isinstance(ins, SaveWorker):
                 self._worker_saved(ins)
             elif isinstance(ins, SaveTask) and not ins.record.active:

@@ -11,45 +11,45 @@ display sequence number: one gap-free order over all tasks and attempts, which
 Storage (docs/design/listing-and-logs.md): a job's lines are grouped into chunks of
 consecutive display numbers (`chunks`, rbs.server.log_chunks for the format), each at most
 CHUNK_RAW bytes or CHUNK_LINES lines before compression. A batch from a worker is one
-transaction: its lines join the job's last chunk while that has room (compressed again),
-then fill new ones. A read walks the chunks from the one holding `after + 1`, and
+transaction. Its lines join the job's open chunk (the last, while it has room) as a row
+of their own, compressed alone, so a small batch costs the compression of itself, not of
+the chunk it joins; the open chunk's rows are merged into one row when it is full, when
+they pass MAX_OPEN_ROWS, and when the job ends (`seal`). Lines past the room fill new
+chunks. Any row is a valid chunk of the format: a reader never sees the difference. A
+read walks the chunks from the one holding `after + 1`, and
 `tail=N` walks them backwards until it has N lines, so both cost the lines they return
 plus at most a chunk. A data dir whose `job_logs.db` still has the row-per-line table of
 older versions (`lines`) is migrated on open, in one transaction.
 
-`LogIntake` acknowledges a batch only once it is stored: when the store cannot write
-(disk full), batches wait in memory, in order, unacknowledged (so the worker keeps them
-in its spool too), and go in once it can.
+`rbs.server.log_intake` feeds it the workers' batches, each acknowledged once stored.
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import contextlib
 import json
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from rbs.model import LogLine, LogStream
 from rbs.scheduler.instructions import Note
 from rbs.server import log_chunks as lc
+from rbs.server.job_waits import JobWaits
 from rbs.server.log_chunks import CHUNK_LINES, CHUNK_RAW
 from rbs.server.log_migrate import migrate_rows
 from rbs.server.telemetry import TelemetryStore, split
-from rbs.wire.workers_jobs import JobOrder, LogAck, LogBatch
 
 log = logging.getLogger(__name__)
 
-# Log lines kept in memory while the store cannot write; past this, the worker's spool
-# keeps them (they come again when it reconnects).
-MAX_HELD_LOG_LINES = 200_000
 _CACHED = 4096  # jobs (and runs) whose numbering is kept in memory
-_TAILS = 256  # jobs whose last chunk's raw bytes are kept (at most CHUNK_RAW each: 16 MiB)
+_TAILS = 256  # jobs whose open chunk's raw bytes are kept (at most CHUNK_RAW each: 32 MiB)
+# An open chunk's rows, one per batch, are merged into one when there are more than this.
+MAX_OPEN_ROWS = 64
 # The server's own lines of a run (the scheduler's notes) are numbered from here on, apart
 # from the worker's, so neither side's lines are ever taken for a re-sent one of the other.
 NOTE_SEQ_BASE = 1 << 30
@@ -81,6 +81,21 @@ RunKey = tuple[int, int, int]  # task (-1: not an array), attempt, rank
 Ranges = list[list[int]]  # sorted, disjoint, inclusive [lo, hi] of worker line numbers
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+class _Open(NamedTuple):
+    """A job's open chunk: lines first .. first + n - 1, stored as `rows` rows (the
+    job's last), `raw` their segments end to end, the first row's `base` bytes of it."""
+
+    first: int
+    n: int
+    raw: bytes
+    rows: int
+    base: int
+
+    @property
+    def full(self) -> bool:
+        return self.n >= CHUNK_LINES or len(self.raw) >= CHUNK_RAW
 
 
 def _remember(cache: dict[K, V], key: K, value: V, size: int = _CACHED) -> None:
@@ -122,27 +137,24 @@ class JobLogs:
         migrate_rows(self._db)
         self.telemetry = TelemetryStore(self._db)  # samples: kind 1 (rbs.server.telemetry)
         self._next: dict[int, int] = {}  # job -> its next display number
-        self._tail: dict[int, tuple[int, int, bytes]] = {}  # job -> last chunk (first, n, raw)
+        self._open: dict[int, _Open] = {}  # job -> its open chunk (the last, not full)
         self._runs: dict[tuple[int, RunKey], Ranges] = {}
-        self._waiters: dict[int, asyncio.Event] = {}
+        self._waits = JobWaits()  # followers: woken by new lines and state changes
+        self._state_waits = JobWaits()  # woken by state changes only (jobs API: wait)
 
     def close(self) -> None:
         self._db.close()
 
     # ---- writing
 
-    def _last_chunk(self, job_id: int) -> tuple[int, int, bytes] | None:
-        cached = self._tail.get(job_id)
-        if cached is not None:
-            return cached
+    def _last_row(self, job_id: int) -> tuple[int, int] | None:
+        """(first seq, count) of the job's last chunk row, None when it has none."""
         row = self._db.execute(
-            "SELECT first_seq, count, data FROM chunks WHERE job_id = ? AND kind = ? "
+            "SELECT first_seq, count FROM chunks WHERE job_id = ? AND kind = ? "
             "ORDER BY first_seq DESC LIMIT 1",
             (job_id, lc.LOG_KIND),
         ).fetchone()
-        if row is None:
-            return None
-        return row[0], row[1], lc.decompress(row[2])
+        return None if row is None else (row[0], row[1])
 
     def _stored(self, job_id: int, key: RunKey) -> Ranges:
         ranges = self._runs.get((job_id, key))
@@ -210,12 +222,14 @@ class JobLogs:
         new, samples = split(new)  # telemetry samples take no display number
         db = self._db
         seq = self._next.get(job_id)
-        last = self._last_chunk(job_id)
         if seq is None:
+            last = self._last_row(job_id)
             seq = 1 if last is None else last[0] + last[1]
+        opened = self._open.get(job_id)
         db.execute("BEGIN")
         try:
-            tail = self._write_chunks(job_id, seq, new, last) if new else last
+            if new:
+                opened = self._write_chunks(job_id, seq, new, opened)
             self.telemetry.write(job_id, samples)
             db.executemany(
                 "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?)",
@@ -228,47 +242,93 @@ class JobLogs:
                 with contextlib.suppress(sqlite3.Error):
                     db.execute("ROLLBACK")
             self._next.pop(job_id, None)
-            self._tail.pop(job_id, None)
+            self._open.pop(job_id, None)
             raise
         _remember(self._next, job_id, seq + len(new))
-        if tail is not None:
-            _remember(self._tail, job_id, tail, _TAILS)
+        if opened is not None:
+            _remember(self._open, job_id, opened, _TAILS)
+        else:
+            self._open.pop(job_id, None)
         for key, r in ranges.items():
             _remember(self._runs, (job_id, key), r)
         self.wake(job_id)
         return len(new)
 
     def _write_chunks(
-        self, job_id: int, seq: int, lines: list[LogLine], last: tuple[int, int, bytes] | None
-    ) -> tuple[int, int, bytes]:
-        """Write `lines` (numbered from `seq`) into the last chunk while it has room, then
-        into new ones; returns the (first seq, count, raw) of the chunk written last."""
+        self, job_id: int, seq: int, lines: list[LogLine], opened: _Open | None
+    ) -> _Open | None:
+        """Write `lines` (numbered from `seq`): the first piece joins the open chunk while
+        it has room, as a row of its own; then full chunks, and a last piece that opens
+        the next. Returns the open chunk after (None: the last one written is full)."""
         room_lines, room_raw = CHUNK_LINES, CHUNK_RAW
-        joins = last is not None and last[1] < CHUNK_LINES and len(last[2]) < CHUNK_RAW
-        if joins:
-            assert last is not None
-            room_lines, room_raw = CHUNK_LINES - last[1], CHUNK_RAW - len(last[2])
-        tail = (seq, 0, b"")
-        for piece in lc.pieces(lines, room_lines, room_raw):
+        if opened is not None:
+            room_lines, room_raw = CHUNK_LINES - opened.n, CHUNK_RAW - len(opened.raw)
+        joining = opened
+        opened = None
+        parts = list(lc.pieces(lines, room_lines, room_raw))
+        for i, piece in enumerate(parts):
             raw = lc.encode_segments(piece, seq)
-            if joins:
-                assert last is not None
-                first, count, raw = last[0], last[1] + len(piece), last[2] + raw
-                self._db.execute(
-                    "UPDATE chunks SET count = ?, raw_size = ?, data = ? "
-                    "WHERE job_id = ? AND kind = ? AND first_seq = ?",
-                    (count, len(raw), lc.compress(raw), job_id, lc.LOG_KIND, first),
+            if i == 0 and joining is not None:  # the others were sized as whole chunks
+                grown = _Open(
+                    joining.first,
+                    joining.n + len(piece),
+                    joining.raw + raw,
+                    joining.rows + 1,
+                    joining.base,
                 )
-                joins = False
+                if len(parts) > 1:  # it took all the room there was: done
+                    self._merge(job_id, grown)
+                elif grown.full or grown.rows > MAX_OPEN_ROWS:
+                    opened = self._merge(job_id, grown)
+                else:
+                    self._insert(job_id, seq, len(piece), raw)
+                    opened = grown
             else:
-                first, count = seq, len(piece)
-                self._db.execute(
-                    "INSERT INTO chunks VALUES (?,?,?,?,?,?)",
-                    (job_id, lc.LOG_KIND, first, count, len(raw), lc.compress(raw)),
-                )
+                self._insert(job_id, seq, len(piece), raw)
+                fresh = _Open(seq, len(piece), raw, 1, len(raw))
+                opened = None if fresh.full else fresh
             seq += len(piece)
-            tail = (first, count, raw)
-        return tail
+        return opened
+
+    def _insert(self, job_id: int, first: int, count: int, raw: bytes) -> None:
+        self._db.execute(
+            "INSERT INTO chunks VALUES (?,?,?,?,?,?)",
+            (job_id, lc.LOG_KIND, first, count, len(raw), lc.compress(raw)),
+        )
+
+    def _merge(self, job_id: int, opened: _Open) -> _Open | None:
+        """The open chunk's rows (the job's last ones) as one row; the open chunk after
+        (None once it is full)."""
+        self._db.execute(
+            "DELETE FROM chunks WHERE job_id = ? AND kind = ? AND first_seq >= ?",
+            (job_id, lc.LOG_KIND, opened.first),
+        )
+        self._insert(job_id, opened.first, opened.n, opened.raw)
+        if opened.full:
+            return None
+        return _Open(opened.first, opened.n, opened.raw, 1, len(opened.raw))
+
+    def seal(self, job_id: int) -> None:
+        """Merge the job's open chunk into one row (its job ended: no more lines are
+        expected, so its rows stop growing as separate small ones). One transaction."""
+        opened = self._open.get(job_id)
+        if opened is None or opened.rows == 1:
+            return
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            after = self._merge(job_id, opened)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            self._open.pop(job_id, None)
+            raise
+        if after is None:
+            self._open.pop(job_id, None)
+        else:
+            self._open[job_id] = after
 
     # ---- reading
 
@@ -288,9 +348,12 @@ class JobLogs:
             f"ORDER BY first_seq {order}",
             (job_id, lc.LOG_KIND, start),
         )
-        tail = self._tail.get(job_id)
+        opened = self._open.get(job_id)
         for first, data in cur:
-            yield first, tail[2] if tail is not None and tail[0] == first else lc.decompress(data)
+            if opened is not None and opened.first == first:  # its first row, from memory
+                yield first, opened.raw[: opened.base]
+            else:
+                yield first, lc.decompress(data)
 
     def _blocks(
         self, job_id: int, after: int, task: int | None, tail: int | None, limit: int
@@ -391,15 +454,26 @@ class JobLogs:
                 log.warning("job %d: note not stored (%s): %s", ins.job_id, e, ins.text)
 
     def wake(self, job_id: int) -> None:
-        ev = self._waiters.pop(job_id, None)
-        if ev is not None:
-            ev.set()
+        self._waits.wake(job_id)
 
     async def wait(self, job_id: int, timeout: float) -> None:
         """Return when the job has new lines or changed state, or after `timeout`."""
-        ev = self._waiters.setdefault(job_id, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ev.wait(), timeout)
+        await self._waits.wait(job_id, timeout)
+
+    def state_changed(self, job_id: int, terminal: bool) -> None:
+        """The driver's word that the job's state changed: its followers and state waiters
+        wake; an ended job's open chunk is sealed (a failure to is only logged)."""
+        self._waits.wake(job_id)
+        self._state_waits.wake(job_id)
+        if terminal:
+            try:
+                self.seal(job_id)
+            except sqlite3.Error as e:
+                log.warning("job %d: its log's last lines stay in rows of their own: %s", job_id, e)
+
+    async def wait_state(self, job_id: int, timeout: float) -> None:
+        """Return when the job's state changes (not at new lines), or after `timeout`."""
+        await self._state_waits.wait(job_id, timeout)
 
 
 def _pick(first: int, seg: lc.Segment, after: int, task: int | None) -> _Block:
@@ -415,64 +489,3 @@ def _pick(first: int, seg: lc.Segment, after: int, task: int | None) -> _Block:
     idx = [i for i in range(lo, n) if seg.run_of[i] in keep]
     data = b"".join(seg.ndjson[ends[i] - seg.sizes[i] : ends[i]] for i in idx)
     return [first + i for i in idx], [seg.sizes[i] for i in idx], data
-
-
-class LogIntake:
-    """Workers' log batches into `JobLogs`, in arrival order, each acked once stored."""
-
-    def __init__(self, logs: JobLogs, send: Callable[[str, JobOrder], object]) -> None:
-        self._logs = logs
-        self._send = send
-        self._held: list[tuple[str, LogBatch]] = []
-        self._held_lines = 0
-        # lease -> the first line let go from memory: never acked from there on, so
-        # the worker re-sends it (and what follows) on its next stream.
-        self._gaps: dict[str, int] = {}
-        self._waiting = False  # the store refused a batch (said once per episode)
-
-    @property
-    def held(self) -> int:
-        """How many batches wait to be stored."""
-        return len(self._held)
-
-    def add(self, worker_id: str, batch: LogBatch) -> None:
-        self._held.append((worker_id, batch))
-        self._held_lines += len(batch.lines)
-        self.retry()
-
-    def retry(self) -> None:
-        """Store what waits, oldest first; stop at the first batch the store refuses."""
-        while self._held:
-            worker_id, batch = self._held[0]
-            lines = batch.lines
-            try:
-                self._logs.append(int(batch.job_id), lines)
-            except sqlite3.Error as e:
-                if not self._waiting:
-                    log.warning("job %s: log lines wait to be stored: %s", batch.job_id, e)
-                self._waiting = True
-                break
-            if self._waiting:
-                log.warning("job logs are stored again")
-                self._waiting = False
-            self._held.pop(0)
-            self._held_lines -= len(lines)
-            seq = max((x.seq for x in lines), default=0)
-            gap = self._gaps.get(batch.lease_id)
-            if gap is not None:
-                seq = min(seq, gap - 1)
-            if seq > 0:
-                ack = LogAck(
-                    job_id=batch.job_id,
-                    task_index=batch.task_index,
-                    attempt=batch.attempt,
-                    log_seq=seq,
-                    lease_id=batch.lease_id,
-                )
-                self._send(worker_id, ack)
-        while self._held_lines > MAX_HELD_LOG_LINES and len(self._held) > 1:
-            _, dropped = self._held.pop()  # the newest: the worker's spool has them
-            self._held_lines -= len(dropped.lines)
-            if dropped.lines:
-                first = min(x.seq for x in dropped.lines)
-                self._gaps[dropped.lease_id] = min(first, self._gaps.get(dropped.lease_id, first))

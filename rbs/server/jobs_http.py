@@ -233,7 +233,7 @@ class JobsApi:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            await self.driver.logs.wait(ref.job_id, min(left, 1.0))
+            await self.driver.logs.wait_state(ref.job_id, min(left, 1.0))
         return web.json_response(self._job_doc(ref.job_id))
 
     async def cancel(self, request: web.Request) -> web.Response:

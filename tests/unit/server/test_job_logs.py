@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import sqlite3
 import struct
@@ -237,3 +238,65 @@ def test_a_chunks_1_store_is_reencoded_on_open(tmp_path: Path) -> None:
     (fmt,) = logs._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
     assert fmt == "chunks-2"
     logs.close()
+
+
+def _rows(db: sqlite3.Connection, job_id: int) -> list[tuple[int, int, int]]:
+    """(first_seq, count, raw_size) of each of the job's log chunk rows, in order."""
+    return db.execute(
+        "SELECT first_seq, count, raw_size FROM chunks WHERE job_id = ? AND kind = 0 "
+        "ORDER BY first_seq",
+        (job_id,),
+    ).fetchall()
+
+
+def _covering(rows: list[tuple[int, int, int]], n: int) -> None:
+    """The rows hold lines 1 .. n, each once, in order."""
+    assert rows[0][0] == 1
+    assert all(a[0] + a[1] == b[0] for a, b in itertools.pairwise(rows))
+    assert rows[-1][0] + rows[-1][1] - 1 == n
+
+
+def test_small_batches_end_in_full_chunks_and_read_right_on_the_way(logs: JobLogs) -> None:
+    # An array of short tasks: a few lines per task, one batch each, as a worker sends them.
+    sent: list[LogLine] = []
+    for task in range(400):
+        batch = lines(1, 7, task=task, text="task line {} " + "z" * 100)
+        sent += batch
+        assert logs.append(5, batch) == 7
+        if task % 37 == 0:  # a follower reads while the open chunk is in rows
+            _same(logs.read(5, limit=100_000), sent)
+            assert logs.read(5, after=len(sent) - 3) == logs.read(5, limit=100_000)[-3:]
+            payload, last = logs.read_payload(5, tail=9)
+            assert payload == log_lines_payload(logs.read(5, tail=9)) and last == len(sent)
+    rows = _rows(logs._db, 5)
+    _covering(rows, len(sent))
+    full = [r for r in rows if r[2] >= log_chunks.CHUNK_RAW - 300]  # one line short at most
+    assert len(full) >= len(sent) * 220 // log_chunks.CHUNK_RAW  # most lines: in full chunks
+    assert len(rows) - len(full) <= 1 + 64  # the open chunk: a merged row and its batches
+    logs.seal(5)  # the job ended
+    sealed = _rows(logs._db, 5)
+    _covering(sealed, len(sent))
+    assert len(sealed) == len(full) + 1
+    _same(logs.read(5, limit=100_000), sent)
+    assert logs.append(5, lines(8, 2, task=399, text="late {}")) == 2  # after the end
+    assert len(logs.read(5, limit=100_000)) == len(sent) + 2
+
+
+def test_an_open_chunk_in_rows_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "job_logs.db"
+    first = JobLogs(path)
+    for task in range(5):
+        first.append(4, lines(1, 3, task=task))
+    first.close()  # a kill: the open chunk's rows stay as they are
+    again = JobLogs(path)
+    assert again.append(4, lines(1, 3, task=4)) == 0  # re-sent: stored already
+    for task in range(5, 9):
+        assert again.append(4, lines(1, 3, task=task)) == 3
+    again.seal(4)
+    got = again.read(4, limit=100)
+    assert [x.seq for x in got] == list(range(1, 28))
+    assert [(x.task, x.text) for x in got] == [
+        (t, f"line {w}") for t in range(9) for w in (1, 2, 3)
+    ]
+    _covering(_rows(again._db, 4), 27)
+    again.close()
