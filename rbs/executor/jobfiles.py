@@ -10,13 +10,11 @@ tree digest reported to the server names blobs the server holds.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
 import stat
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,8 +63,7 @@ def base_env(dirs: RunDirs, source: Mapping[str, str] | None = None) -> dict[str
     as at a login shell, plus SHELL=/bin/sh, PWD, and a private TMPDIR that is
     removed with the run.
     """
-    src = os.environ if source is None else source
-    env = {k: src[k] for k in INHERITED if src.get(k)}
+    env = inherited(os.environ if source is None else source)
     env.setdefault("PATH", DEFAULT_PATH)
     env.setdefault("HOME", str(dirs.work))
     env.setdefault("LANG", "C.UTF-8")
@@ -74,6 +71,11 @@ def base_env(dirs: RunDirs, source: Mapping[str, str] | None = None) -> dict[str
     env["PWD"] = str(dirs.work)
     env["TMPDIR"] = str(dirs.tmp)
     return env
+
+
+def inherited(source: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `source` a job inherits (`INHERITED`, where set and not empty)."""
+    return {k: v for k in INHERITED if (v := source.get(k))}
 
 
 def make_root(dirs: RunDirs) -> bool:
@@ -97,25 +99,28 @@ def prepare(
     checkpoint_dir: str | None,
     prefetch: Callable[[Digest], None] | None = None,
     fresh: bool = False,
+    made: bool = False,
 ) -> list[str]:
     """Create the run's folders and materialize its inputs (and checkpoint) by copy.
 
     `fresh`: `make_root` has just made the run's folder, so nothing of an earlier try
-    is in it. Returns lines for the job's sys log. Raises CasError/OSError when an input
+    is in it; `made`: a reused folder (`runfolders`), whose `work/` and `tmp/` are there
+    and empty. Returns lines for the job's sys log. Raises CasError/OSError when an input
     cannot be materialized; the caller reports that as the run's failure.
     """
     notes: list[str] = []
-    if not fresh:
+    if not fresh and not made:
         dirs.root.mkdir(parents=True, exist_ok=True)
         for leftover in (dirs.work, dirs.tmp):
             remove(leftover)  # of an earlier try of this very lease; the spool stays
-    dirs.tmp.mkdir()
+    if not made:
+        dirs.tmp.mkdir()
     if input_root is not None:
         if prefetch is not None:
             prefetch(input_root)
         materialize(store, input_root, dirs.work, link=False)
         notes.append(f"inputs: materialized {input_root}")
-    else:
+    elif not made:
         dirs.work.mkdir()
     if checkpoint is not None:
         if not checkpoint_dir:
@@ -247,40 +252,3 @@ def remove_if_empty(dirs: RunDirs) -> bool:
     except OSError:
         return False
     return True
-
-
-class Trash:
-    """Run folders to remove, a batch at a time on a pooled thread: an rmdir can block
-    for milliseconds (ext4 here), too long for the event loop, and a thread trip per run
-    costs more CPU than its removal."""
-
-    DELAY_S = 0.05
-
-    def __init__(self, pool: Executor) -> None:
-        self._pool = pool
-        self._dirs: list[RunDirs] = []
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, dirs: RunDirs) -> None:
-        self._dirs.append(dirs)
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.DELAY_S, self._empty)
-
-    def _empty(self) -> None:
-        self._timer = None
-        batch, self._dirs = self._dirs, []
-        asyncio.get_running_loop().run_in_executor(self._pool, remove_runs, batch)
-
-    def close(self) -> None:
-        """Remove what is still waiting, now."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        batch, self._dirs = self._dirs, []
-        remove_runs(batch)
-
-
-def remove_runs(batch: list[RunDirs]) -> None:
-    for dirs in batch:
-        if not remove_if_empty(dirs):
-            remove(dirs.root)

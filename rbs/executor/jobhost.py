@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,8 @@ from rbs.executor.jobrun import (
     report,
 )
 from rbs.executor.jobship import LogShipper, StartReports, output_report, thread_sink
+from rbs.executor.jobslots import JobSlots
+from rbs.executor.runfolders import RunFolders
 from rbs.executor.runuser import RunUsers
 from rbs.executor.supervisor_client import SupervisorClient
 from rbs.executor.supervisor_proto import (
@@ -115,8 +118,21 @@ class JobHost:
         self.root = work_dir / "jobs"
         self.backend = backend  # the kind the supervisor detects too
         self.slots = slots
+        # Pooled, for inputs and outputs only: a job with neither needs no thread at all.
+        self._threads = ThreadPoolExecutor(slots + 2, thread_name_prefix="rbs-job")
+        # Done runs' folders, emptied for the next runs (not under uids of their own).
+        self._folders = RunFolders(
+            self.root, self._threads, keep=2 * slots + 16, reuse=users is None
+        )
         self.setup = HostSetup(
-            store=store, hostname=hostname, grace_s=grace_s, env=env, prefetch=prefetch, users=users
+            store=store,
+            hostname=hostname,
+            grace_s=grace_s,
+            # The daemon's own variables, read once: a job inherits a few (jobfiles).
+            env=env if env is not None else jobfiles.inherited(os.environ),
+            prefetch=prefetch,
+            users=users,
+            folders=self._folders,
         )
         # The supervisor detects the same kind of cgroup backend the daemon did.
         self.supervisor = SupervisorClient(
@@ -135,15 +151,11 @@ class JobHost:
         # Forgotten runs whose JobFinished may still sit in the worker's outbox: if the
         # stream breaks before it is written, `unsent` brings the run back.
         self._forgotten: collections.OrderedDict[str, LeaseRun] = collections.OrderedDict()
-        self._free = slots
-        self._waiting: collections.deque[asyncio.Future[bool]] = collections.deque()
+        self._slots = JobSlots(slots)
         self._stopping = False
         self._starts = StartReports(send)
         self._acked: dict[str, int] = {}  # log acks the supervisor has not been told of
         self._lease = (0.0, 0.0)  # until, grace: the last renewal
-        # Pooled, for inputs and outputs only: a job with neither needs no thread at all.
-        self._threads = ThreadPoolExecutor(slots + 2, thread_name_prefix="rbs-job")
-        self._trash = jobfiles.Trash(self._threads)
 
     # ------------------------------------------------------------------ the supervisor
 
@@ -164,8 +176,10 @@ class JobHost:
         if not attached:
             if not self._runs:  # the fresh supervisor killed what was left there
                 jobfiles.remove(self.root)
+                self._folders.reset()
             self.root.mkdir(mode=0o711, parents=True, exist_ok=True)  # runs list nothing
             return
+        self._folders.adopt()  # the free folders the previous daemon left
         runs = (await self.supervisor.list_runs()).runs
         for info in runs:
             self._attach(info)
@@ -178,7 +192,7 @@ class JobHost:
         run = reattach(info, self.root, self._send, self._connected)
         if run is None:
             return
-        self._free -= 1  # it holds its slot until it ends, even past a smaller --job-slots
+        self._slots.hold()
         self._runs[run.lease_id] = run
         run.task = asyncio.create_task(self._conclude(run), name=f"job-{run.lease_id}")
 
@@ -220,7 +234,7 @@ class JobHost:
     # ------------------------------------------------------------------ what the worker asks
 
     def slots_used(self) -> int:
-        return self.slots - self._free
+        return self._slots.used
 
     def held_leases(self) -> list[str]:
         """Leases to list in Register.held_job_leases: running, or not yet reported."""
@@ -296,7 +310,7 @@ class JobHost:
             if leave_running and run.task is not None:
                 run.task.cancel()
         self.supervisor.close()
-        self._trash.close()
+        self._folders.close()
         self._threads.shutdown(wait=False)
 
     def _accept(self, lease: JobLeaseInfo) -> None:
@@ -332,35 +346,12 @@ class JobHost:
         if run.slot_wait is not None and not run.slot_wait.done():
             run.slot_wait.set_result(False)
 
-    async def _acquire(self, run: LeaseRun) -> bool:
-        """Wait for a free job slot; False when the run was killed while waiting."""
-        if self._free > 0 and not self._waiting:
-            self._free -= 1
-            return True
-        log.warning(
-            "lease %s arrived with all %d job slots busy; it waits for one",
-            run.lease_id,
-            self.slots,
-        )
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        run.slot_wait = fut
-        self._waiting.append(fut)
-        return await fut
-
-    def _release(self) -> None:
-        while self._waiting:
-            fut = self._waiting.popleft()
-            if not fut.done():
-                fut.set_result(True)
-                return
-        self._free += 1
-
     # ------------------------------------------------------------------ one run
 
     async def _lifecycle(self, run: LeaseRun) -> None:
         loop = asyncio.get_running_loop()
         try:
-            run.has_slot = await self._acquire(run)
+            run.has_slot = await self._slots.acquire(run)
             if run.lease.input_root is None and run.lease.checkpoint is None:
                 prepared = prepare(run, self.setup, self._sink(run, direct=True))  # mkdirs
             else:
@@ -419,7 +410,7 @@ class JobHost:
     def _end(self, run: LeaseRun, msg: JobFinishedReport) -> None:
         if run.has_slot:
             run.has_slot = False
-            self._release()
+            self._slots.release()
         if self._stopping:
             return
         # The slot is free before the scheduler hears of it, so its next lease fits.
@@ -465,16 +456,17 @@ class JobHost:
         log.warning("job lease %s lapsed: no word from the server; run stopped", run.lease_id)
         if run.has_slot:
             run.has_slot = False
-            self._release()
+            self._slots.release()
         self._runs.pop(run.lease_id, None)
         if self.supervisor.connected:
             self.supervisor.send(Forget(lease_id=run.lease_id))
         run.close()
-        self._trash.add(run.dirs)
+        self._folders.add(run.dirs)
 
     def _maybe_forget(self, run: LeaseRun) -> None:
         """Drop a reported run once every log line is acknowledged (or nothing is left
-        to acknowledge): the supervisor forgets it; its folder goes (`jobfiles.Trash`)."""
+        to acknowledge): the supervisor forgets it; its folder is reused or goes
+        (`runfolders`)."""
         if run.finished is None or not run.finished_acked:
             return
         if run.shipper is not None and not run.shipper.all_acked:
@@ -486,7 +478,7 @@ class JobHost:
         if run.exited is not None and self.supervisor.connected:
             self.supervisor.send_later(Forget(lease_id=run.lease_id))  # with the next StartRun
         run.close()
-        self._trash.add(run.dirs)  # on a thread, with other runs' folders
+        self._folders.add(run.dirs)  # on a thread, with other runs' folders
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -99,9 +99,15 @@ class LogSpool:
     def reader(self) -> LogSpool:
         """A read-only view of this spool as it is now, for when another process appends
         from here on; no I/O."""
+        return LogSpool.view(self.path, self.next_seq)
+
+    @staticmethod
+    def view(path: Path, next_seq: int = 1) -> LogSpool:
+        """A read-only view of a spool whose next line is `next_seq` (1: an empty or not
+        yet created one), for when another process appends; no I/O."""
         view = object.__new__(LogSpool)
-        view.path, view.writable, view._lock = self.path, False, threading.Lock()
-        view._fd, view._next = -1, self.next_seq
+        view.path, view.writable, view._lock = path, False, threading.Lock()
+        view._fd, view._next = -1, next_seq
         return view
 
     def _last_complete(self) -> int:

@@ -33,6 +33,7 @@ from rbs.executor.jobship import LogShipper, RawBudget
 from rbs.executor.jobspec import JobOutcome, JobSpec
 from rbs.executor.podman_service import EngineError
 from rbs.executor.run_input import InputGate
+from rbs.executor.runfolders import Made, RunFolders
 from rbs.executor.runuser import RunUsers, as_spec
 from rbs.executor.supervisor_proto import Exited, Input, RunInfo, RunSpec, SignalRun
 from rbs.model import (
@@ -197,6 +198,7 @@ class HostSetup:
     prefetch: Callable[[Any], None] | None = None
     users: RunUsers | None = None  # runs under uids of their own (rbs.executor.runuser)
     containers: ContainerEngine | None = None  # the engine of container jobs, if any
+    folders: RunFolders | None = None  # free run folders to reuse (rbs.executor.runfolders)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,16 +213,47 @@ class RunResult:
 
 def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResult:
     """Folders, inputs, first notes (blocking; call on a thread): the spec to start, or
-    the result of a run that cannot start."""
-    lease, dirs = run.lease, run.dirs
-    fresh = jobfiles.make_root(dirs)  # one mkdir: the spool's open then finds it
-    spool = run.spool = LogSpool(dirs.spool)
+    the result of a run that cannot start (its spool then open for the report's note)."""
+    dirs = run.dirs
+    if host.folders is not None:
+        made = host.folders.make(dirs)
+    else:
+        made = Made.NEW if jobfiles.make_root(dirs) else Made.EARLIER
+    # A new or reused folder's spool is empty: opened only for a note, else the
+    # supervisor makes it. An earlier try's goes on from its last line.
+    if made is Made.EARLIER or host.users is not None:
+        run.spool = LogSpool(dirs.spool)
     if host.users is not None:  # the run may pass through, not read its log or list
         os.chmod(dirs.spool, 0o600)
         os.chmod(dirs.root, 0o711)
+    try:
+        result = _prepare(run, host, sink, made)
+    except BaseException:
+        _open_spool(run)  # for the failure's note
+        raise
+    if isinstance(result, RunResult):
+        _open_spool(run)
+        return result
+    # The supervisor appends from here on; this side only reads until the run exits.
+    if run.spool is None:
+        run.spool = LogSpool.view(dirs.spool)
+    else:
+        run.spool.close()
+        run.spool = run.spool.reader()
+    return result
+
+
+def _open_spool(run: LeaseRun) -> LogSpool:
+    if run.spool is None:
+        run.spool = LogSpool(run.dirs.spool)
+    return run.spool
+
+
+def _prepare(run: LeaseRun, host: HostSetup, sink: LogSink, made: Made) -> RunSpec | RunResult:
+    lease, dirs = run.lease, run.dirs
 
     def note(text: str) -> None:
-        sink(spool.append([(LogStream.SYS, text, True)]))
+        sink(_open_spool(run).append([(LogStream.SYS, text, True)]))
 
     manifest = lease.manifest
     if manifest is None or lease.unreadable is not None:
@@ -239,7 +272,8 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
             checkpoint=lease.checkpoint,
             checkpoint_dir=manifest.checkpoint_dir,
             prefetch=host.prefetch,
-            fresh=fresh,
+            fresh=made is Made.NEW,
+            made=made is Made.REUSED,
         )
         for text in notes:
             note(text)
@@ -263,9 +297,6 @@ def prepare(run: LeaseRun, host: HostSetup, sink: LogSink) -> RunSpec | RunResul
         return RunResult(problem=f"cannot prepare the job: {e}", function=fn)
     except (CasError, ValueError, EngineError) as e:
         return RunResult(problem=f"cannot prepare the job: {e}", function=fn)
-    # The supervisor appends from here on; this side only reads until the run exits.
-    spool.close()
-    run.spool = spool.reader()
     return spec
 
 
