@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import re
+import resource
 import secrets
 import signal
 import time
@@ -73,13 +74,27 @@ class Usage:
     cpu_time_s: float | None = None
 
 
+# Control files kept open at most (`CgroupFs`; a quarter of the fd limit, if lower);
+# past it, files are opened per call.
+MAX_KEPT_FDS = min(256, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4)
+
+
 class CgroupFs:
-    """File access to a cgroup filesystem; tests subclass it to emulate the kernel."""
+    """File access to a cgroup filesystem; tests subclass it to emulate the kernel.
+
+    A file read or written is kept open (one fd per file and direction, at most
+    MAX_KEPT_FDS): a kept job group serves many jobs, whose start and end read and write
+    the same few files, and a write or `pread` on an open fd costs a fraction of an
+    open, write and close on cgroupfs (a `pread` at offset 0 shows the file afresh).
+    `rmdir` closes the fds of the group it removes first; a file whose group went away
+    meanwhile reads as missing, as it would opened anew.
+    """
 
     def mkdir(self, path: Path) -> None:
         path.mkdir()
 
     def rmdir(self, path: Path) -> None:
+        self._forget(path)
         path.rmdir()
 
     def exists(self, path: Path) -> bool:
@@ -94,7 +109,7 @@ class CgroupFs:
 
     def read(self, path: Path) -> str:
         try:
-            return _read_small(path).decode()
+            return self._read_small(path).decode()
         except OSError as e:
             raise CgroupError(f"cannot read {path}: {e.strerror or e}") from e
 
@@ -102,7 +117,7 @@ class CgroupFs:
         """A file's text, or None when it (or its group) does not exist: one open where
         `exists` and `read` make a stat and an open."""
         try:
-            return _read_small(path).decode()
+            return self._read_small(path).decode()
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -110,42 +125,92 @@ class CgroupFs:
 
     def write(self, path: Path, value: str) -> None:
         # cgroupfs takes one value per write(2), so write it whole in a single call.
-        try:
-            fd = os.open(path, os.O_WRONLY)
-        except OSError as e:
-            raise CgroupError(
-                f"cannot open {path} to write {value!r}: {e.strerror or e}", e.errno
-            ) from e
-        try:
-            os.write(fd, value.encode())
-        except OSError as e:
-            raise CgroupError(
-                f"cannot write {value!r} to {path}: {e.strerror or e}", e.errno
-            ) from e
-        finally:
-            os.close(fd)
+        data = value.encode()
+        for _ in range(2):  # a kept fd whose group went away: once more, opened anew
+            try:
+                fd, kept = self._fd(path, os.O_WRONLY)
+            except OSError as e:
+                raise CgroupError(
+                    f"cannot open {path} to write {value!r}: {e.strerror or e}", e.errno
+                ) from e
+            try:
+                os.write(fd, data)
+                return
+            except OSError as e:
+                if kept and e.errno == errno.ENODEV:
+                    self._drop(path, os.O_WRONLY, fd)
+                    continue
+                raise CgroupError(
+                    f"cannot write {value!r} to {path}: {e.strerror or e}", e.errno
+                ) from e
+            finally:
+                if not kept:
+                    os.close(fd)
 
     def pids(self, group: Path) -> set[int]:
         """The processes in a group (missing group: none)."""
         try:
-            text = _read_small(group / "cgroup.procs")
+            text = self._read_small(group / "cgroup.procs")
         except FileNotFoundError:
             return set()
         except OSError as e:
             raise CgroupError(f"cannot list processes of {group}: {e.strerror or e}") from e
         return {int(p) for p in text.split()}
 
+    # ---- kept fds -----------------------------------------------------------------
 
-def _read_small(path: Path) -> bytes:
-    """A cgroup file's bytes: raw reads, as text I/O costs more than the read per job."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    def _kept(self) -> dict[tuple[str, int], int]:
+        # Created on first use: subclasses that emulate the kernel need not call up.
+        kept: dict[tuple[str, int], int] = self.__dict__.setdefault("_kept_fds", {})
+        return kept
+
+    def _fd(self, path: Path, flags: int) -> tuple[int, bool]:
+        """An fd for `path` and whether it is kept (else the caller closes it)."""
+        kept = self._kept()
+        key = (str(path), flags)
+        fd = kept.get(key)
+        if fd is not None:
+            return fd, True
+        fd = os.open(path, flags | os.O_CLOEXEC)
+        if len(kept) >= MAX_KEPT_FDS:
+            return fd, False
+        other = kept.setdefault(key, fd)  # another thread may have opened it meanwhile
+        if other != fd:
+            os.close(fd)
+        return other, True
+
+    def _drop(self, path: Path, flags: int, fd: int) -> None:
+        if self._kept().pop((str(path), flags), None) == fd:
+            os.close(fd)
+
+    def _forget(self, group: Path) -> None:
+        """Close the kept fds of the files in `group` (about to be removed)."""
+        kept = self._kept()
+        prefix = f"{group}/"
+        for key in [k for k in kept if k[0].startswith(prefix)]:
+            fd = kept.pop(key, None)
+            if fd is not None:
+                os.close(fd)
+
+    def _read_small(self, path: Path) -> bytes:
+        """A cgroup file's bytes: raw reads, as text I/O costs more than the read per job."""
+        for _ in range(2):  # a kept fd whose group went away: once more, opened anew
+            fd, kept = self._fd(path, os.O_RDONLY)
+            try:
+                chunks: list[bytes] = []
+                offset = 0
+                while chunk := os.pread(fd, 65536, offset):
+                    chunks.append(chunk)
+                    offset += len(chunk)
+                return b"".join(chunks)
+            except OSError as e:
+                if not (kept and e.errno == errno.ENODEV):
+                    raise
+                self._drop(path, os.O_RDONLY, fd)
+            finally:
+                if not kept:
+                    os.close(fd)
+        raise FileNotFoundError(errno.ENOENT, "its group was removed", str(path))
 
 
 def read_keyed(fs: CgroupFs, path: Path) -> dict[str, int]:
@@ -257,11 +322,29 @@ def remove_groups(fs: CgroupFs, groups: list[Path], kill: bool = True) -> None:
             delay = min(delay * 2, 0.05)
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One move a spawning thread makes so that its child is born in a job's group:
+    "0" (the caller) written to `enter`, and to `home` once the child is spawned.
+    `process`: the file moves the whole process (a v2 group's cgroup.procs), not just
+    the calling thread (a v1 hierarchy's tasks)."""
+
+    enter: Path
+    home: Path
+    process: bool = False
+
+
 class JobCgroup(ABC):
     """One job's cgroup (possibly one directory per v1 hierarchy)."""
 
     description: str
     notes: tuple[str, ...]
+
+    def entry(self) -> tuple[Step, ...] | None:
+        """How a thread stands in this group while it spawns the job, so that the job is
+        born in it (rbs.executor.supervisor_spawn); None where it cannot (then the job
+        joins by pid before it execs: the shim)."""
+        return None
 
     @abstractmethod
     def procs_files(self) -> tuple[Path, ...]:
@@ -338,6 +421,9 @@ class NullCgroup(JobCgroup):
         return self._fs
 
     def procs_files(self) -> tuple[Path, ...]:
+        return ()
+
+    def entry(self) -> tuple[Step, ...] | None:
         return ()
 
     def pids(self) -> set[int]:

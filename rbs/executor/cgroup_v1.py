@@ -21,6 +21,7 @@ from rbs.executor.cgroup_base import (
     CgroupFs,
     JobCgroup,
     Limits,
+    Step,
     Usage,
     group_name,
     kill_pids,
@@ -43,10 +44,18 @@ RECYCLE_MAX_CHARGE = 1 << 20
 class V1Cgroup(JobCgroup):
     """One job's groups, keyed by controller (co-mounted controllers share a path)."""
 
-    def __init__(self, fs: CgroupFs, groups: Mapping[str, Path], notes: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        fs: CgroupFs,
+        groups: Mapping[str, Path],
+        notes: tuple[str, ...],
+        homes: Mapping[str, Path] | None = None,
+    ) -> None:
         self._fs = fs
         self.groups = dict(groups)
         self.notes = notes
+        self.homes = homes  # the spawning process's own group per hierarchy
+        self._entry: tuple[Step, ...] | None = None  # `entry`, once worked out ((): none)
         self.description = "v1 " + " ".join(f"{c}:{p}" for c, p in sorted(self.groups.items()))
         # Counters of earlier jobs in this group (reused: `recycle`), and the last read.
         self._base = (0, 0)  # cpuacct.usage ns, oom_kill
@@ -61,6 +70,25 @@ class V1Cgroup(JobCgroup):
 
     def procs_files(self) -> tuple[Path, ...]:
         return tuple(d / "cgroup.procs" for d in self._dirs())
+
+    def entry(self) -> tuple[Step, ...] | None:
+        """Each hierarchy's `tasks` file takes one thread ("0": the caller). Not with a
+        pids limit (the spawning thread would count against it) or pinned cores (the
+        thread's own affinity would change with it)."""
+        if self._entry is None:
+            self._entry = self._steps()
+        return self._entry or None
+
+    def _steps(self) -> tuple[Step, ...]:
+        if self.homes is None or self.groups.keys() & {"pids", "cpuset"}:
+            return ()
+        steps: dict[Path, Step] = {}
+        for c, path in self.groups.items():
+            home = self.homes.get(c)
+            if home is None:
+                return ()
+            steps[path] = Step(path / "tasks", home / "tasks")
+        return tuple(steps[p] for p in sorted(steps))
 
     def pids(self) -> set[int]:
         return set().union(*(self._fs.pids(d) for d in self._dirs()))
@@ -114,12 +142,20 @@ class V1Backend(CgroupBackend):
 
     name = "v1"
 
-    def __init__(self, bases: Mapping[str, Path], fs: CgroupFs | None = None) -> None:
+    def __init__(
+        self,
+        bases: Mapping[str, Path],
+        fs: CgroupFs | None = None,
+        homes: Mapping[str, Path] | None = None,
+    ) -> None:
         unknown = set(bases) - set(CONTROLLERS)
         if unknown:
             raise ValueError(f"unsupported v1 controllers {sorted(unknown)}; use {CONTROLLERS}")
         self.bases = dict(bases)
         self.fs = fs or CgroupFs()
+        # The process's own group per hierarchy, where a spawning thread goes back to
+        # (`V1Cgroup.entry`); None: jobs join by pid (detect() knows them).
+        self.homes = dict(homes) if homes is not None else None
         # Hierarchies a job never needs here (hybrid: v2 accounts cpu time, not cpuacct).
         self.skip: frozenset[str] = frozenset()
 
@@ -147,7 +183,7 @@ class V1Backend(CgroupBackend):
             with contextlib.suppress(CgroupError):
                 remove_groups(self.fs, made)
             raise
-        return V1Cgroup(self.fs, groups, unlimited_notes(limits, set(groups)))
+        return V1Cgroup(self.fs, groups, unlimited_notes(limits, set(groups)), self.homes)
 
 
 def configure_v1(fs: CgroupFs, groups: Mapping[str, Path], limits: Limits) -> None:

@@ -20,6 +20,7 @@ from rbs.executor.cgroup_base import (
     CgroupFs,
     JobCgroup,
     Limits,
+    Step,
     Usage,
     check_scope,
     group_name,
@@ -46,12 +47,18 @@ class V2Cgroup(JobCgroup):
     """One v2 group; `controllers` are those enabled for it by its parent."""
 
     def __init__(
-        self, fs: CgroupFs, path: Path, controllers: frozenset[str], notes: tuple[str, ...] = ()
+        self,
+        fs: CgroupFs,
+        path: Path,
+        controllers: frozenset[str],
+        notes: tuple[str, ...] = (),
+        home: Path | None = None,
     ) -> None:
         self._fs = fs
         self.path = path
         self.controllers = controllers
         self.notes = notes
+        self.home = home  # the spawning process's own group
         enabled = ",".join(sorted(controllers)) or "no controllers"
         self.description = f"v2 {path} ({enabled})"
         self._base_usec = 0  # cpu of earlier jobs in this group (reused: `recycle`)
@@ -62,6 +69,14 @@ class V2Cgroup(JobCgroup):
 
     def procs_files(self) -> tuple[Path, ...]:
         return (self.path / "cgroup.procs",)
+
+    def entry(self) -> tuple[Step, ...] | None:
+        """A v2 domain group holds whole processes: the spawning process moves in, all of
+        it, while it spawns. Only into a group without controllers, where nothing limits
+        or charges it meanwhile (with memory or cpu limits the job joins by pid)."""
+        if self.home is None or self.controllers:
+            return None
+        return (Step(self.path / "cgroup.procs", self.home / "cgroup.procs", process=True),)
 
     def pids(self) -> set[int]:
         return self._fs.pids(self.path)
@@ -120,10 +135,17 @@ class V2Backend(CgroupBackend):
 
     name = "v2"
 
-    def __init__(self, base: Path, controllers: frozenset[str], fs: CgroupFs | None = None) -> None:
+    def __init__(
+        self,
+        base: Path,
+        controllers: frozenset[str],
+        fs: CgroupFs | None = None,
+        home: Path | None = None,
+    ) -> None:
         self.base = base
         self.controllers = controllers
         self.fs = fs or CgroupFs()
+        self.home = home  # the process's own group (`V2Cgroup.entry`); None: join by pid
 
     def describe(self) -> str:
         enabled = ",".join(sorted(self.controllers)) or "no controllers"
@@ -144,7 +166,7 @@ class V2Backend(CgroupBackend):
                 remove_groups(self.fs, [path])
             raise
         notes = unlimited_notes(limits, set(self.controllers))
-        return V2Cgroup(self.fs, path, self.controllers, notes)
+        return V2Cgroup(self.fs, path, self.controllers, notes, self.home)
 
 
 def configure_v2(fs: CgroupFs, path: Path, limits: Limits, controllers: frozenset[str]) -> None:
@@ -170,7 +192,12 @@ def _enable(fs: CgroupFs, group: Path, want: set[str]) -> None:
 
 
 def prepare_v2(
-    fs: CgroupFs, own: Path, *, scope: str = "default", move_self: bool = True
+    fs: CgroupFs,
+    own: Path,
+    *,
+    scope: str = "default",
+    move_self: bool = True,
+    home: Path | None = None,
 ) -> V2Backend:
     """Set up rbs's base group `own/rbs/<scope>` below the worker's own group `own` and
     enable the controllers for job groups under it.
@@ -178,6 +205,7 @@ def prepare_v2(
     When `own` still holds the worker (and the kernel refuses to delegate controllers
     for that reason, EBUSY), the worker moves itself into the leaf `own/rbs-worker`
     first, as systemd's Delegate=yes expects of a service that manages sub-groups.
+    `home` is the group the calling process is in (then the leaf, if it moved there).
     """
     base = own / BASE / check_scope(scope)
     available = set(fs.read(own / "cgroup.controllers").split())
@@ -192,6 +220,7 @@ def prepare_v2(
             if not fs.exists(leaf):
                 fs.mkdir(leaf)
             fs.write(leaf / "cgroup.procs", str(os.getpid()))
+            home = leaf
             log.info("moved the worker into %s so %s can delegate controllers", leaf, own)
             _enable(fs, own, want)
     for group in (base.parent, base):
@@ -207,4 +236,4 @@ def prepare_v2(
         if want:
             _enable(fs, group, want)
     enabled = set(fs.read(base / "cgroup.subtree_control").split()) if want else set()
-    return V2Backend(base, frozenset(enabled & want), fs)
+    return V2Backend(base, frozenset(enabled & want), fs, home)

@@ -24,6 +24,7 @@ from rbs.executor.cgroup_base import (
     JobCgroup,
     Limits,
     NullBackend,
+    Step,
     Usage,
     check_scope,
 )
@@ -115,6 +116,10 @@ class HybridCgroup(JobCgroup):
     def procs_files(self) -> tuple[Path, ...]:
         return self.v2.procs_files() + self.v1.procs_files()
 
+    def entry(self) -> tuple[Step, ...] | None:
+        v1, v2 = self.v1.entry(), self.v2.entry()
+        return None if v1 is None or v2 is None else v1 + v2
+
     def pids(self) -> set[int]:
         # The v2 group holds every process of the job: each joins it first (before its
         # v1 groups) and children inherit it. One read, not one per hierarchy.
@@ -178,11 +183,13 @@ def _v1_backend(
     fs: CgroupFs, mounts: list[Mount], member: dict[str, str], scope: str
 ) -> V1Backend | None:
     bases: dict[str, Path] = {}
+    homes: dict[str, Path] = {}
     for c in V1_CONTROLLERS:
         mount = next((m for m in mounts if c in m.controllers), None)
         if mount is None or c not in member:
             continue
-        base = _under(mount, member[c]) / BASE / scope
+        homes[c] = _under(mount, member[c])
+        base = homes[c] / BASE / scope
         try:
             for group in (base.parent, base):
                 if not fs.exists(group):
@@ -194,7 +201,7 @@ def _v1_backend(
         bases[c] = base
     if "memory" not in bases and "cpu" not in bases:
         return None
-    return V1Backend(bases, fs)
+    return V1Backend(bases, fs, homes)
 
 
 def detect(
@@ -224,6 +231,7 @@ def detect(
         return NullBackend(f"cannot read the process's cgroups: {e}")
     unified = next((m for m in mounts if m.fstype == "cgroup2"), None)
     v2_own = _under(unified, member_v2) if unified and member_v2 is not None else None
+    v2_home = v2_own  # the process's own group, where a spawning process goes back to
     if v2_own is not None and v2_own.name == WORKER_LEAF:
         # The leaf a worker moved itself into (prepare_v2): the run supervisor it starts
         # is born there, and its job groups belong under the worker's own group too.
@@ -235,7 +243,7 @@ def detect(
             errors.append("no cgroup2 mount")
             return None
         try:
-            return prepare_v2(fs, v2_own, scope=scope, move_self=move_self)
+            return prepare_v2(fs, v2_own, scope=scope, move_self=move_self, home=v2_home)
         except CgroupError as e:
             errors.append(f"cgroup v2: {e}")
             return None

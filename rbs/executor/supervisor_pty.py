@@ -58,14 +58,15 @@ class Stdio:
     def fds(self) -> tuple[int, ...]:
         return (*(fd for fd, _ in self.readers), *self.child)
 
-    def feed(self, go_w: int, stdin: bool) -> StdinFeed | None:
+    def feed(self, go_w: int | None, stdin: bool) -> StdinFeed | None:
         """After the go-ahead: the run's input feed (the master's, or the go-ahead
-        pipe's for an interactive run), or none (the pipe closed: /dev/null)."""
-        if self.master is not None or not stdin:
+        pipe's for an interactive run), or none (the pipe closed: /dev/null). A run
+        born in its cgroup had no go-ahead: `go_w` is its stdin pipe, or None."""
+        if go_w is not None and (self.master is not None or not stdin):
             os.close(go_w)
         if self.master is not None:
             return PtyFeed(self.master)
-        return StdinFeed(go_w) if stdin else None
+        return StdinFeed(go_w) if stdin and go_w is not None else None
 
     def wrap(
         self, fd: int, inner: LineSplitter, lease_id: str, send: Callable[[Output], None]
@@ -76,14 +77,20 @@ class Stdio:
         return CrSplitter(inner, lambda data: send(output_event(lease_id, data)))
 
 
-def stdio(pty: bool, go_r: int, shim: str, uid: int | None) -> Stdio:
+def stdio(pty: bool, go_r: int | None, shim: str, uid: int | None) -> Stdio:
     """Pipes for stdout and stderr, the go-ahead pipe as stdin (`shim` reads it); or
-    with `pty` the terminal for all three (owned by `uid`, the run's own, if any)."""
+    with `pty` the terminal for all three (owned by `uid`, the run's own, if any).
+    `go_r` None: no go-ahead, and stdin is /dev/null (rbs.executor.supervisor_spawn)."""
     if not pty:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         dup = os.POSIX_SPAWN_DUP2
-        actions: list[tuple[Any, ...]] = [(dup, go_r, 0), (dup, out_w, 1), (dup, err_w, 2)]
+        stdin: tuple[Any, ...] = (
+            (dup, go_r, 0)
+            if go_r is not None
+            else (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+        )
+        actions: list[tuple[Any, ...]] = [stdin, (dup, out_w, 1), (dup, err_w, 2)]
         return Stdio(
             shim, actions, ((out_r, LogStream.OUT), (err_r, LogStream.ERR)), (out_w, err_w)
         )
@@ -101,7 +108,7 @@ def stdio(pty: bool, go_r: int, shim: str, uid: int | None) -> Stdio:
         (os.POSIX_SPAWN_OPEN, 0, name, os.O_RDWR, 0),  # after setsid: the controlling tty
         (os.POSIX_SPAWN_DUP2, 0, 1),
         (os.POSIX_SPAWN_DUP2, 0, 2),
-        (os.POSIX_SPAWN_DUP2, go_r, 3),
+        *([(os.POSIX_SPAWN_DUP2, go_r, 3)] if go_r is not None else []),
     ]
     return Stdio(SHIM_PTY, actions, ((master, LogStream.OUT),), (slave,), master)
 

@@ -5,12 +5,10 @@ rest is driven by the supervisor's one poll loop (`rbs.executor.supervisor`), wh
 hands each run its readable pipes and pidfd and calls `tick` at the deadlines
 `next_wake` names. When the spool cannot take a line (a full disk), the run holds its
 lines and stops reading its pipes, so the job waits in its next write, and tries again
-every `RETRY_S`; its exit is reported only once every line is spooled. How a run starts is the old runner's way: a tiny /bin/sh shim is spawned with
-`posix_spawn` in a new session (its own process group) and blocks reading a pipe; the
-shim's pid is written into the run's cgroup(s), then it is released, changes to the
-run's folder and execs the job, so the job never runs an instruction outside its
-cgroup. This is where a container, a pty, a uid or cpu pinning would be set up
-(`RunSpec` names them).
+every `RETRY_S`; its exit is reported only once every line is spooled. How the job
+is spawned, born in its cgroup or held by a shim until it is in, in a new session (its
+own process group), so that it never runs an instruction outside its cgroup, is
+`rbs.executor.supervisor_spawn`.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rbs.executor import jobsecrets, procs, runlimits, runuser, supervisor_pty
+from rbs.executor import jobsecrets, procs, runlimits, runuser, supervisor_spawn
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, NullCgroup
 from rbs.executor.joblog import LineSplitter, LogSpool
 from rbs.executor.supervisor_proto import Exited, Output, RunSpec
@@ -35,9 +33,6 @@ from rbs.executor.supervisor_stdin import StdinFeed
 from rbs.model import LogLine, LogStream
 
 RETRY_S = 0.5  # how often a run whose spool is full tries again
-SHIM = 'cd -- "$0" || exit 125; read -r _ || exit 125; exec </dev/null; exec "$@"'
-# An interactive run keeps the go-ahead pipe as its stdin (sh's read takes only "go\n").
-SHIM_STDIN = 'cd -- "$0" || exit 125; read -r _ || exit 125; exec "$@"'
 READ_CHUNK = 64 * 1024
 # Without a pidfd, how often to ask whether the job has exited.
 POLL_FALLBACK_S = 0.05
@@ -99,6 +94,7 @@ class SupervisedRun:
         self._pending_exit: Exited | None = None
         self.user = runuser.Seat(spec.users, spec.cwd)  # its uid, when the worker has some
         self.stdin: StdinFeed | None = None  # an interactive run's (spec.stdin)
+        self._exe = ""  # the program, as `_precheck` found it
 
     # ---- log lines --------------------------------------------------------------
 
@@ -219,7 +215,7 @@ class SupervisedRun:
         cmd = spec.argv[0]
         env_path = spec.env.get("PATH", os.defpath)
         if "/" in cmd:
-            exe = cmd if os.path.isabs(cmd) else os.path.join(spec.cwd, cmd)
+            exe = self._exe = cmd if os.path.isabs(cmd) else os.path.join(spec.cwd, cmd)
             if not os.path.isfile(exe):
                 hint = "" if os.path.isabs(cmd) else NOT_STAGED.format(cmd)
                 return f"program {cmd!r} not found (looked for {exe}){hint}"
@@ -227,42 +223,23 @@ class SupervisedRun:
                 return (
                     f"program {cmd!r} is not executable; chmod +x it or run it via its interpreter"
                 )
-        elif shutil.which(cmd, path=_abs_path(env_path, spec.cwd)) is None:
-            return f"program {cmd!r} not found on the job's PATH ({env_path})"
+        else:
+            found = shutil.which(cmd, path=_abs_path(env_path, spec.cwd))
+            if found is None:
+                return f"program {cmd!r} not found on the job's PATH ({env_path})"
+            self._exe = found  # spawned by this path when the job is born in its cgroup
         return None
 
     def _spawn(self) -> str | None:
         spec = self.spec
-        go_r, go_w = os.pipe()
-        shim = SHIM_STDIN if spec.stdin else SHIM
-        io: supervisor_pty.Stdio | None = None  # pipes, or a --pty run's terminal
         try:
-            io = supervisor_pty.stdio(spec.pty, go_r, shim, self.user.uid)
-            argv = self.user.wrap(["/bin/sh", "-c", io.shim, spec.cwd, *spec.argv])
-            pid = os.posix_spawn(
-                argv[0],
-                argv,
-                {**spec.env, **(spec.secrets or {})},
-                file_actions=io.actions,
-                setsid=True,
-                setsigdef=(signal.SIGINT, signal.SIGPIPE),  # the supervisor ignores them
+            born = supervisor_spawn.spawn(
+                spec, self.cgroup, self._exe, self.user.wrap, self.user.uid
             )
-        except OSError as e:
-            for fd in (go_r, go_w, *(io.fds if io is not None else ())):
-                os.close(fd)
-            return f"cannot spawn the job: {e}"
-        for fd in (go_r, *io.child):
-            os.close(fd)
-        try:
-            self.cgroup.join(pid)
-        except CgroupError as e:
-            os.close(go_w)  # the shim sees EOF and exits without running the job
-            os.waitpid(pid, 0)
-            for fd, _ in io.readers:
-                os.close(fd)
-            return f"cannot move the job into its cgroup: {e}"
-        os.write(go_w, b"go\n")
-        self.stdin = io.feed(go_w, spec.stdin)
+        except supervisor_spawn.SpawnError as e:
+            return str(e)
+        pid, io = born.pid, born.io
+        self.stdin = io.feed(born.feed_fd, spec.stdin)
         self.pid = pid
         self.started_at = time.time()
         self._start_mono = time.monotonic()

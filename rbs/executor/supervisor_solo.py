@@ -3,7 +3,7 @@
 The run supervisor's loop (`rbs.executor.supervisor`) serves every run of a worker
 over its socket. `SoloRun` drives a single `SupervisedRun` the same way (its pipes and
 pidfd in a poll set of its own, `tick` at the deadlines it names) on the caller's
-thread, for benchmarks and tests of a run itself: the cgroup backends, kills, the
+thread (its start on a spawn thread of its own, as the supervisor's), for benchmarks and tests of a run itself: the cgroup backends, kills, the
 spool. Standard library only, as the supervisor.
 """
 
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import selectors
+import threading
 import time
 from collections.abc import Callable
 
+from rbs.executor import supervisor_spawn
 from rbs.executor.cgroup_base import CgroupBackend
 from rbs.executor.supervisor_proto import Exited, RunSpec
 from rbs.executor.supervisor_run import SupervisedRun
@@ -43,7 +45,22 @@ class SoloRun:
             self._sel.unregister(fd)
 
     def start(self) -> SoloRun:
-        self.run.start()
+        """Start the run on a thread with a folder of its own, as the supervisor's spawn
+        threads are (so the job is born in its cgroup the same way)."""
+        errors: list[BaseException] = []
+
+        def go() -> None:
+            supervisor_spawn.private_fs()
+            try:
+                self.run.start()
+            except BaseException as e:  # raised again on the caller's thread
+                errors.append(e)
+
+        spawner = threading.Thread(target=go, name="rbs-spawn-solo")
+        spawner.start()
+        spawner.join()
+        if errors:
+            raise errors[0]
         return self
 
     def kill(self, reason: str, message: str) -> None:

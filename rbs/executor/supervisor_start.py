@@ -1,8 +1,8 @@
 """Starting runs off the supervisor's loop: a few threads wait out each spawn.
 
-A start blocks: creating and configuring the cgroups (on cgroup v1 a write to
-cgroup.procs waits for the kernel), and `posix_spawn`, whose parent is suspended until
-the child has exec'd the shim, which on a loaded host can take milliseconds. On the
+A start blocks: creating and configuring the cgroups (a write that moves a process
+into a group waits for the kernel), and `posix_spawn`, whose parent is suspended until
+the child has exec'd, which on a loaded host can take milliseconds. On the
 one loop these waits would queue every other run's events and starts behind them, so
 a small fixed pool of threads (not one per run) runs `SupervisedRun.start`; what the
 run asks of the loop meanwhile (log lines, fds to poll, a kill) is kept in its
@@ -19,9 +19,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from rbs.executor.supervisor_run import SupervisedRun
+from rbs.executor.supervisor_spawn import private_fs
 from rbs.model import LogLine
 
-SPAWN_THREADS = 4
+SPAWN_THREADS = 2  # spawns take turns (supervisor_spawn.SPAWN_LOCK); fewer threads, cheaper moves
 
 
 @dataclass(slots=True)
@@ -38,7 +39,11 @@ class Starter:
     """The pool and the runs it is starting."""
 
     def __init__(self, threads: int = SPAWN_THREADS) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="rbs-spawn")
+        # Each with a current directory of its own: a job born in its cgroup starts
+        # in the spawning thread's (rbs.executor.supervisor_spawn).
+        self._pool = ThreadPoolExecutor(
+            threads, thread_name_prefix="rbs-spawn", initializer=private_fs
+        )
         self._done: queue.SimpleQueue[SupervisedRun] = queue.SimpleQueue()
         self.wake_r, self._wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rbs.executor import procs
+from rbs.executor import procs, supervisor_spawn
 from rbs.executor.cgroup_base import CgroupBackend, Limits, NullBackend
 from rbs.executor.cgroup_pool import CgroupPool
 from rbs.executor.cgroup_v2 import V2Backend
@@ -216,6 +216,37 @@ def test_limits_are_visible_inside_the_job(tmp_path: Path, backend: CgroupBacken
         job = Job(tmp_path, backend, script, cpus=0.25, memory_bytes=96 << 20)
         assert job.run().state == "COMPLETED", job.texts(LogStream.ERR)
         assert job.texts(LogStream.OUT) == ["25000", str(96 << 20)]
+
+
+def test_a_plain_job_needs_no_shim_and_one_that_asks_for_it_gets_it(
+    tmp_path: Path, backend: CgroupBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert isinstance(backend, CgroupPool)
+    b = backend.inner
+    if isinstance(b, V2Backend) and b.controllers:
+        pytest.skip("a v2 group with controllers: jobs join it through the shim")
+    shims: list[str] = []
+    through_shim = supervisor_spawn._through_shim
+
+    def counted(spec: RunSpec, *args: Any) -> supervisor_spawn.Spawned:
+        shims.append(spec.lease_id)
+        return through_shim(spec, *args)
+
+    monkeypatch.setattr(supervisor_spawn, "_through_shim", counted)
+    for _ in range(2):  # a fresh group, then the kept one
+        job = Job(tmp_path, backend, "pwd; echo $0", memory_bytes=64 << 20, cpus=1.0)
+        assert job.run().state == "COMPLETED", job.texts(LogStream.ERR)
+        assert job.texts(LogStream.OUT) == [job.solo.run.spec.cwd, "/bin/sh"]
+    assert shims == []
+    # A script with no #! line is not a format the kernel runs: the shim's sh runs it.
+    folder = tmp_path / "plain-script"
+    folder.mkdir()
+    (folder / "hello").write_text("echo hello from $0\n")
+    (folder / "hello").chmod(0o755)
+    job = Job(tmp_path, backend, "", argv=("./hello",), cwd=str(folder))
+    assert job.run().state == "COMPLETED", job.texts(LogStream.SYS)
+    assert job.texts(LogStream.OUT) == ["hello from ./hello"]
+    assert shims == [job.solo.run.spec.lease_id]
 
 
 def test_the_environment_is_exactly_the_specs(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -64,14 +65,16 @@ async def _until(what: str, check: Callable[[], object], timeout: float = 30) ->
 
 
 def _run(
-    main: Callable[[SupervisorClient, Events, Path], Coroutine[Any, Any, None]], tmp: Path
+    main: Callable[[SupervisorClient, Events, Path], Coroutine[Any, Any, None]],
+    tmp: Path,
+    cgroups: str = "none",
 ) -> None:
     async def go() -> None:
         events = Events()
         client = SupervisorClient(
             tmp,
-            cgroups="none",
-            scope="test",
+            cgroups=cgroups,
+            scope=f"test-{uuid.uuid4().hex[:8]}",
             hostname="test-host",
             on_event=events.got.append,
             on_lost=lambda: setattr(events, "lost", True),
@@ -138,3 +141,35 @@ def test_a_spec_asking_for_what_is_not_built_is_refused(tmp_path: Path) -> None:
         assert refused.error is not None and "does not support uid" in refused.error
 
     _run(main, tmp_path)
+
+
+def _cgroups(pid: int | str) -> list[str]:
+    """The groups of each thread of a process (/proc/PID/task/TID/cgroup)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return sorted({(t / "cgroup").read_text() for t in tasks.iterdir()})
+
+
+def test_a_job_is_born_in_its_cgroup_and_the_supervisor_stays_in_its_own(tmp_path: Path) -> None:
+    own = _cgroups("self")
+    assert len(own) == 1  # every thread of this process in one place: the supervisor's too
+
+    async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
+        for n in range(3):  # a fresh group, then kept ones
+            lease = f"5.1.{n}"
+            spec = _spec(tmp, lease, "cat /proc/self/cgroup", memory_bytes=64 << 20, cpus=1.0)
+            client.send(StartRun(spec=spec))
+            await _until("the exit", lambda lease=lease: events.exited(lease))  # type: ignore[misc]
+            exited = events.exited(lease)
+            assert exited is not None and exited.state == "COMPLETED"
+            job = [t for _, s, t in events.lines(lease) if s == "out"]
+            mine = dict(line.rsplit(":", 1) for line in own[0].splitlines())
+            theirs = dict(line.rsplit(":", 1) for line in job)
+            if exited.cgroup is not None and not exited.cgroup.startswith("none"):
+                moved = {h for h in theirs if theirs[h] != mine[h]}
+                # In its own group in each hierarchy its cgroup description names.
+                assert moved and all("/rbs/test-" in theirs[h] for h in moved), job
+                assert all(theirs[h] in exited.cgroup for h in moved if h != "0:"), job
+            assert client.proc is not None
+            assert _cgroups(client.proc.pid) == own
+
+    _run(main, tmp_path, cgroups="auto")
