@@ -188,7 +188,7 @@ def job_lease_from_pb(pb: w_pb2.JobLease) -> JobLeaseInfo:
     unreadable = bad_digest = None
     input_root = checkpoint = None
     try:
-        manifest = lease_manifest(pb)
+        manifest = _manifest_of(pb)
         fn = function_from_pb(pb.digest_function) or DEFAULT_FUNCTION
     except ValueError as e:  # ManifestDecodeError, InvalidDigest (naming the supported ones)
         manifest, unreadable = None, str(e)
@@ -215,6 +215,25 @@ def job_lease_from_pb(pb: w_pb2.JobLease) -> JobLeaseInfo:
         unreadable=unreadable,
         bad_digest=bad_digest,
     )
+
+
+# The tasks of an array carry one manifest: decoded once, by its bytes. A manifest is
+# frozen, so its tasks' leases can share it.
+_MANIFESTS: dict[bytes, JobManifest] = {}
+_MANIFESTS_KEPT = 64
+
+
+def _manifest_of(pb: w_pb2.JobLease) -> JobManifest:
+    if not pb.HasField("manifest"):
+        return lease_manifest(pb)  # which says what is missing
+    key = pb.manifest.SerializeToString()
+    manifest = _MANIFESTS.get(key)
+    if manifest is None:
+        manifest = lease_manifest(pb)  # a bad one raises, and is decoded again next time
+        if len(_MANIFESTS) >= _MANIFESTS_KEPT:
+            del _MANIFESTS[next(iter(_MANIFESTS))]  # the oldest
+        _MANIFESTS[key] = manifest
+    return manifest
 
 
 def _lease_digest(pb: w_pb2.JobLease, field: str, fn: DigestFunction) -> Digest | None:
