@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rbs.model import TERMINAL_STATES, JobState
 from rbs.scheduler import store_rows as rows
@@ -175,16 +176,26 @@ class Store:
                 workers.append((ins.record.worker_id, json.dumps(rows.worker_body(ins.record))))
         if not (jobs or tasks or workers or requests):
             return
+        # A row whose manifest, provenance and state are those last written (each task of
+        # an array) updates its body alone; two rows of one job keep their order in full.
+        split = [(self._rows.body_only(row), row) for row in jobs]
+        bodies: list[tuple[Any, ...]] = []
+        if len({row[0] for row in jobs}) == len(jobs):
+            bodies = [(row[7], row[8], row[9], row[0]) for same, row in split if same]
+            jobs = [row for same, row in split if not same]
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
-            db.executemany(
-                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET "
-                "state=excluded.state, reason=excluded.reason, body=excluded.body, "
-                "updated=excluded.updated, queue=excluded.queue, "  # `rbs job update` changes
-                "manifest=excluded.manifest, provenance=excluded.provenance",  # these three
-                jobs,
-            )
+            if jobs:
+                db.executemany(
+                    "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET "
+                    "state=excluded.state, reason=excluded.reason, body=excluded.body, "
+                    "updated=excluded.updated, queue=excluded.queue, "  # `rbs job update`
+                    "manifest=excluded.manifest, provenance=excluded.provenance",  # these 3
+                    jobs,
+                )
+            if bodies:
+                db.executemany("UPDATE jobs SET reason=?, body=?, updated=? WHERE id=?", bodies)
             if tasks:  # an empty executemany still costs a statement's round
                 db.executemany("INSERT OR REPLACE INTO tasks VALUES (?,?,?,?,?,?)", tasks)
             if workers:
@@ -193,6 +204,7 @@ class Store:
                 db.executemany("INSERT OR IGNORE INTO requests VALUES (?,?)", requests)
             db.execute("COMMIT")
         except BaseException as e:
+            self._rows.forget()
             # SQLite may have rolled back already (it does on SQLITE_FULL): a second
             # ROLLBACK would fail and hide the real error.
             if db.in_transaction:

@@ -172,3 +172,46 @@ def test_an_updated_pending_job_is_restored_as_updated(tmp_path: Path) -> None:
     assert (got.manifest.priority, got.manifest.time_limit) == (-3, 300)
     assert got.manifest.begin_time == 5000.0
     assert got.reason == "BeginTime"
+
+
+def _row(store: Store, job_id: int) -> tuple[str, str]:
+    row = store._db.execute("SELECT state, body FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return row[0], row[1]
+
+
+def test_an_array_s_row_keeps_its_state_through_body_only_writes_and_a_failed_one(
+    tmp_path: Path,
+) -> None:
+    """Each task of an array rewrites its job's row; with the state unchanged only the
+    body is written. A write that fails leaves nothing assumed: the next one is whole."""
+    store = Store(tmp_path / "j.db")
+    sched = Scheduler(CONFIG, validate=True)
+    store.apply(sched.handle(worker_up("w", slots=4), 0.0), 0.0)
+    out = sched.handle(Submit(manifest=manifest(name="arr", array=parse_array("0-3"))), 1.0)
+    store.apply(out, 1.0)
+    job = next(i.job_id for i in out if isinstance(i, Accepted))
+    assert _row(store, job)[0] == "RUNNING"
+    for index in range(2):  # tasks end, the job stays RUNNING: body-only writes
+        out = sched.handle(
+            TaskExited(run=RunRef(job_id=job, index=index), worker_id="w", exit_code=0), 2.0
+        )
+        store.apply(out, 2.0)
+        saved = Store(tmp_path / "j.db").restore(CONFIG, now=2.0, validate=True).job(job)
+        assert saved.state is JobState.RUNNING
+        assert saved.array is not None
+        assert saved.array.finished == (("COMPLETED", index + 1),)
+    # The last two tasks end, and the job with them, in a write the journal refuses once.
+    ends = [TaskExited(run=RunRef(job_id=job, index=i), worker_id="w", exit_code=0) for i in (2, 3)]
+    store._db.execute(
+        "CREATE TEMP TRIGGER refuse BEFORE UPDATE ON jobs BEGIN SELECT RAISE(ABORT, 'no'); END"
+    )
+    out = sched.handle_many(ends, 3.0)
+    with pytest.raises(sqlite3.Error):
+        store.apply(out, 3.0)
+    store._db.execute("DROP TRIGGER refuse")
+    assert _row(store, job)[0] == "RUNNING"
+    store.apply(out, 3.0)  # the same instructions, written again
+    assert sched.job(job).state is JobState.COMPLETED
+    assert _row(store, job)[0] == "COMPLETED"
+    restored = Store(tmp_path / "j.db").restore(CONFIG, now=4.0, validate=True)
+    assert restored.job(job).state is JobState.COMPLETED
