@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rbs._proto.rbs.v1 import jobs_pb2
 from rbs._proto.rbs.v1 import workers_pb2 as w_pb2
 from rbs.cas.digests import digest_from_pb, digest_to_pb, function_from_pb, function_to_pb
 from rbs.model import DEFAULT_FUNCTION, Digest, DigestFunction, JobManifest, LogLine
@@ -156,13 +157,31 @@ JobReport = JobStartedReport | JobFinishedReport | LogBatch | OutputReport
 # ---------------------------------------------------------------- server -> worker
 
 
+# The leases of an array's tasks carry one manifest object: its message is built once
+# (kept by identity, the object with it; the JobLease constructor copies it, so the
+# kept message is never changed).
+_MANIFEST_PBS: dict[int, tuple[JobManifest, jobs_pb2.JobManifest]] = {}
+_MANIFEST_PBS_KEPT = 64
+
+
+def _manifest_pb(m: JobManifest) -> jobs_pb2.JobManifest:
+    kept = _MANIFEST_PBS.get(id(m))
+    if kept is not None and kept[0] is m:
+        return kept[1]
+    pb = manifest_to_proto(m)
+    if len(_MANIFEST_PBS) >= _MANIFEST_PBS_KEPT:
+        del _MANIFEST_PBS[next(iter(_MANIFEST_PBS))]  # the oldest
+    _MANIFEST_PBS[id(m)] = (m, pb)
+    return pb
+
+
 def job_lease_to_pb(lease: JobLeaseInfo) -> w_pb2.JobLease:
     if lease.manifest is None:
         raise ValueError(f"job lease {lease.lease_id} has no manifest")
     pb = w_pb2.JobLease(
         lease_id=lease.lease_id,
         job_id=lease.job_id,
-        manifest=manifest_to_proto(lease.manifest),
+        manifest=_manifest_pb(lease.manifest),
         task_index=lease.task_index,
         attempt=lease.attempt,
         gpu_ids=list(lease.gpu_ids),

@@ -414,6 +414,21 @@ def test_a_lease_without_digests_runs_with_the_default_function() -> None:
     assert got.input_root is None and got.checkpoint is None and got.function is B3
 
 
+def test_the_leases_of_one_manifest_each_carry_all_of_it() -> None:
+    """An array's leases share one manifest object, whose message the server builds once:
+    each lease still carries the whole manifest, and changing one lease's message changes
+    no other's."""
+    shared = JobManifest(name="arr", command=("true",), env=(("A", "1"),))
+    first = order_to_pb(_lease(manifest=shared, lease_id="4_1.1.0"))
+    first.job_lease.manifest.name = "changed"
+    second = order_to_pb(_lease(manifest=shared, lease_id="4_2.1.0"))
+    assert _bytes(second.job_lease.manifest) == _bytes(manifest_to_proto(shared))
+    other = dataclasses.replace(shared, name="other")  # an equal-shaped other object
+    assert order_to_pb(_lease(manifest=other)).job_lease.manifest.name == "other"
+    got = order_from_pb(second)
+    assert isinstance(got, JobLeaseInfo) and got.manifest == shared
+
+
 def test_a_lease_the_worker_cannot_read_is_named_not_raised() -> None:
     pb = order_to_pb(_lease())
     pb.job_lease.ClearField("manifest")
