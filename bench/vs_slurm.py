@@ -52,6 +52,12 @@ from cli_startup import _rbs, start_cluster, stop
 WAIT_S = 900.0  # the longest any one case may take before the script gives up
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a live process so far, every thread (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -338,10 +344,21 @@ def main() -> None:
             s_arr = statistics.median(s_runs)
         r_runs = []
         submit = [*rbs, "job", "submit", "--array", f"0-{args.tasks - 1}", "--", "true"]
+        cpu0 = [process_cpu(p.pid) for p in procs]  # the worker daemon, the server
         for _ in range(args.array_repeat):
             # `rbs job wait` exits non-zero unless every task COMPLETED: run() checks it.
             r_runs.append(array_case(lambda: run(submit, rbs_env), rbs_wait)[0])
         r_arr = statistics.median(r_runs)
+        per_task = [
+            (process_cpu(p.pid) - c) / (args.tasks * args.array_repeat) * 1e3
+            for p, c in zip(procs, cpu0, strict=True)
+        ]
+        print(
+            f"rbs CPU per array task (user + system, /proc): server {per_task[1]:.2f} ms, "
+            f"worker daemon {per_task[0]:.2f} ms (its run supervisor and the jobs not "
+            "counted: bench/worker_cpu.py)",
+            flush=True,
+        )
         results.append(
             (
                 f"array of {args.tasks} `true` (s)",
