@@ -18,6 +18,7 @@ The work folder (default: a new folder under the system temp dir) is removed at 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import os
 import random
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import blake3
+import grpc
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.cas.digests import digest_to_pb, function_to_pb
@@ -37,7 +39,9 @@ from rbs.cas.disk import DiskStore
 from rbs.cas.tree import tree_from_path
 from rbs.model import Digest, DigestFunction
 from rbs.server.cas_metrics import CountingDiskStore
-from rbs.server.cas_service import _missing_of
+from rbs.server.cas_service import CasServicer, add_cas_servicer
+from rbs.server.instances import Instances
+from rbs.wire import find_missing
 
 B3 = DigestFunction.BLAKE3
 
@@ -184,7 +188,13 @@ def bench_find_missing(work: Path, runs: int, n: int, sizes: list[int]) -> None:
         request = re_pb2.FindMissingBlobsRequest(
             blob_digests=[digest_to_pb(d) for d in query], digest_function=function_to_pb(B3)
         ).SerializeToString()
-        opens, cold, touches, warm, rpc_cold, rpc_warm = [], [], [], [], [], []
+        opens, touches = [], []
+        cold: list[tuple[float, float]] = []
+        warm: list[tuple[float, float]] = []
+        rpc_cold: list[tuple[float, float]] = []
+        rpc_warm: list[tuple[float, float]] = []
+        grpc_cold: list[tuple[float, float]] = []
+        grpc_warm: list[tuple[float, float]] = []
         memory = 0
         for run in range(runs):
             old = time.time() - 7200
@@ -194,20 +204,26 @@ def bench_find_missing(work: Path, runs: int, n: int, sizes: list[int]) -> None:
             s = CountingDiskStore(root, index=True)  # the server's store
             assert s.index is not None and s.index.ready.wait(3600)
             opens.append(time.perf_counter() - t)
-            # Cold by one path or the other: the first answer touches what it finds.
-            if run % 2 == 0:
+            # Cold by one path or another: the first answer touches what it finds.
+            if run % 3 == 0:
                 cold.append(call(s))
-            else:
+            elif run % 3 == 1:
                 rpc_cold.append(server_path(s, request, len(absent)))
+            else:
+                first, *again = grpc_calls(s, request, len(absent), runs)
+                grpc_cold.append(first)
+                grpc_warm.extend(again)
             t = time.perf_counter()
             assert s.index.flush_touches(3600)
-            touches.append(time.perf_counter() - t + (cold or rpc_cold)[-1][0])
+            touches.append(time.perf_counter() - t + (cold or rpc_cold or grpc_cold)[-1][0])
             warm.extend(call(s) for _ in range(runs))
             rpc_warm.extend(server_path(s, request, len(absent)) for _ in range(runs))
+            if not grpc_warm and run == runs - 1:
+                grpc_warm.extend(grpc_calls(s, request, len(absent), runs)[1:])
             memory = s.index.memory_bytes()
             s.close()
-        cold_points.append((size, statistics.median(w for w, _ in cold)))
-        warm_points.append((size, statistics.median(w for w, _ in warm)))
+        cold_points.append((size, statistics.median(c for _, c in cold)))
+        warm_points.append((size, statistics.median(c for _, c in warm)))
         print(f"    {size:>9,} blobs (median of {runs}; load {load()}):")
         print(f"      no index: one stat per digest    {median2(plain)}")
         print(f"      index, cold                      {median2(cold)}")
@@ -217,28 +233,59 @@ def bench_find_missing(work: Path, runs: int, n: int, sizes: list[int]) -> None:
                 f"      FindMissingBlobs request, cold   {median2(rpc_cold)}  (bytes in, bytes out)"
             )
         print(f"      FindMissingBlobs request, warm   {median2(rpc_warm)}")
+        if grpc_cold:
+            print(f"      whole gRPC call, cold            {median2(grpc_cold)}  (client too)")
+        print(f"      whole gRPC call, warm            {median2(grpc_warm)}  (client too)")
         print(f"      touches of the cold answer done  {statistics.median(touches):.3f} s after it")
         print(f"      index built at open in           {statistics.median(opens):.2f} s wall")
         print(f"      index memory                     {memory / 2**20:.1f} MiB")
-    print(f"    slope (time ~ blobs^slope): cold {log_slope(cold_points):.2f}, ", end="")
-    print(f"warm {log_slope(warm_points):.2f}")
+    if len(sizes) > 1:
+        print(f"    slope (CPU ~ blobs^slope): cold {log_slope(cold_points):.2f}, ", end="")
+        print(f"warm {log_slope(warm_points):.2f}")
 
 
 def server_path(store: CountingDiskStore, request: bytes, absent: int) -> tuple[float, float]:
     """(wall s, CPU s) of what the server's FindMissingBlobs does with a request past
-    gRPC: parse it, answer from the index, build and serialize the response."""
+    gRPC: read the bytes, answer from the index, join the answer's bytes."""
+    servicer = CasServicer(store, Instances([], [B3, DigestFunction.SHA256]), 4 << 20)
     wall, cpu = time.perf_counter(), time.process_time()
-    req = re_pb2.FindMissingBlobsRequest.FromString(request)
-    found = _missing_of(store, B3, req.blob_digests)
-    assert found is not None, "index not ready or a malformed request"
-    resp = re_pb2.FindMissingBlobsResponse()
-    add = resp.missing_blob_digests.add
-    for h, size in zip(*found, strict=True):
-        add(hash=h, size_bytes=size)
-    resp.SerializeToString()
+    answer = servicer._find_missing_bulk(store, request)
     took = time.perf_counter() - wall, time.process_time() - cpu
-    assert len(found[0]) == absent
+    assert answer is not None, "index not ready or not canonical bytes"
+    got = re_pb2.FindMissingBlobsResponse.FromString(answer).missing_blob_digests
+    assert len(got) == absent
     return took
+
+
+def grpc_calls(store: CountingDiskStore, request: bytes, absent: int, runs: int) -> list[Any]:
+    """(wall s, CPU s of this process: server and client) of whole FindMissingBlobs
+    calls over a local gRPC connection: the first call, then `runs` more."""
+
+    async def calls() -> list[tuple[float, float]]:
+        opts = [("grpc.max_receive_message_length", 64 << 20)]
+        opts.append(("grpc.max_send_message_length", 64 << 20))
+        server = grpc.aio.server(options=opts)
+        servicer = CasServicer(store, Instances([], [B3, DigestFunction.SHA256]), 4 << 20)
+        add_cas_servicer(server, servicer)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        out = []
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=opts) as ch:
+                call = ch.unary_unary(
+                    find_missing.METHOD, request_serializer=None, response_deserializer=None
+                )
+                for _ in range(runs + 1):
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    answer = await call(request)
+                    out.append((time.perf_counter() - wall, time.process_time() - cpu))
+                    resp = re_pb2.FindMissingBlobsResponse.FromString(answer)
+                    assert len(resp.missing_blob_digests) == absent
+        finally:
+            await server.stop(None)
+        return out
+
+    return asyncio.run(calls())
 
 
 def timed_query(store: DiskStore, query: list[Digest], want: set[Digest]) -> tuple[float, float]:

@@ -1,17 +1,20 @@
 """The FindMissing index of a disk store: every blob on disk, answered from memory.
 
 `find_missing` of 100,000 digests costs 100,000 stat() calls without it (0.3-1 s here).
-With `DiskStore(index=True)` the store keeps, per digest function, a table of every
-blob under `blobs/<fn>/` with its size and last use, and answers from it alone:
+With `DiskStore(index=True)` the store keeps, per digest function, every blob under
+`blobs/<fn>/` with its size, and answers from that alone:
 
-- **Exact, per function.** A blob is keyed by its hash string's Python hash (64 bits,
-  computed in C and cached on the string) and confirmed by its first 32 bits and its
-  size, in an open-addressed table of parallel arrays (about 25 bytes a slot, 1.4 to 2.9
-  slots a blob). A BLAKE3 and a SHA256 blob of the same hex name are separate entries.
-  A false "present" needs a 96-bit match of two different hashes plus equal sizes.
+- **Exact, per function, looked up in C.** A blob is a `dict` entry keyed by its whole
+  hash as an integer (`int(hash, 16)`), whose value is its size's `size_code` (the
+  protobuf varint of the size read as a little-endian integer, so a server can take it
+  straight off a request's bytes) shifted left once, with the audit's mark in the low
+  bit. A lookup of many digests is a few passes of `map` over C functions (`dict.get`,
+  `operator`), with no Python code per digest: `present`. About 150 bytes a blob (the
+  dict's slot, a 256-bit int and the value; `memory_bytes`): about 145 MiB for a million.
+  A BLAKE3 and a SHA256 blob of the same hex name are entries of separate dicts.
 - **Built from the disk.** At open, a thread lists and stats every blob (one folder at
   a time, under the index's lock) while `find_missing` still stats as without the
-  index; `ready` is set when the table holds the whole store. The same scan repeats
+  index; `ready` is set when the index holds the whole store. The same scan repeats
   every `audit_s` seconds and drops entries whose file is gone, so a blob removed by
   hand (not through rbs) is reported present for at most that long.
 - **Kept by the store.** Every write, delete and quarantine of this store updates it;
@@ -29,12 +32,15 @@ blob under `blobs/<fn>/` with its size and last use, and answers from it alone:
   there is none: a write just after an index opened may be missed, which is a false
   "missing", an upload.)
 - **Use tracking.** A blob's mtime is its last use (rbs.cas.disk). The index keeps the
-  last use it knows per blob; a present blob whose last use is over `fresh_s` old is
-  touched on disk by a background thread (`TOUCH_DEFER_S` later: the answer neither
-  waits for it nor shares the interpreter with it), and its in-memory use is set at
-  once, so the store's own eviction (`hide`) honours it before the touch lands. Another process's `rbs cas gc` sees only mtimes: a blob
-  reported present in the milliseconds before its touch lands can be evicted by it,
-  and the journal then makes the next lookup report it missing.
+  uses it saw in the last `fresh_s` seconds (two generations of `fresh_s / 2`, each a
+  dict of hash -> time, so memory follows recent traffic, not the store); a present
+  blob not among them is touched on disk by a background thread (`TOUCH_DEFER_S`
+  later: the answer neither waits for it nor shares the interpreter with it), and its
+  use is recorded at once, so the store's own eviction (`hide`) honours it before the
+  touch lands; an older use is on disk by then (eviction flushes the touches first).
+  Another process's `rbs cas gc` sees only mtimes: a blob reported present in the
+  milliseconds before its touch lands can be evicted by it, and the journal then makes
+  the next lookup report it missing.
 
 Blobs written into the folder by something other than rbs are reported missing until
 this store stats them or the next audit; that costs a client one upload, which the
@@ -45,11 +51,14 @@ as a server's (docs/design/cas.md).
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
+import re
+import sys
 import threading
 import time
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import compress, repeat
 
 from rbs.model import Digest, DigestFunction
 
@@ -57,98 +66,67 @@ from rbs.model import Digest, DigestFunction
 INDEXED, JOURNAL = "indexed", "journal"
 AUDIT_INTERVAL = 900.0
 TOUCH_DEFER_S = 0.05  # touches wait this long, so the answer that queued them goes first
-# A str's hash is never -1 (CPython reserves it), so -1 marks an empty slot.
-_EMPTY = -1
-# Sizes of empty slots and of removed entries (tombstones, which probing walks past).
-_NONE, _GONE = -1, -2
-_MIN_SLOTS = 1 << 10
+# Generations of recent uses hold at most this many entries each; past it a generation
+# ends early (the price: a few more touches, each a stat).
+_GEN_MAX = 1 << 20
+_ABSENT = -2  # what `dict.get` gives for an unknown blob: no size code is negative
+_BLOB_NAME = re.compile("[0-9a-f]{64}").fullmatch
+# Per blob, beyond the dict's own table: a 256-bit int key and an int value.
+_OBJECTS_PER_BLOB = sys.getsizeof(1 << 255) + sys.getsizeof(1 << 40) + 16
 
 
-class _Table:
-    """Open addressing with linear probing over parallel arrays; see the module docstring."""
-
-    __slots__ = ("checks", "filled", "keys", "live", "marks", "mask", "sizes", "used")
-
-    def __init__(self, slots: int) -> None:
-        self.mask = slots - 1
-        self.keys = array("q", [_EMPTY]) * slots
-        self.sizes = array("q", [_NONE]) * slots
-        self.checks = array("I", [0]) * slots
-        self.used = array("I", [0]) * slots
-        self.marks = bytearray(slots)
-        self.live = 0
-        self.filled = 0  # live entries and tombstones
-
-    def slot(self, name: str) -> int:
-        """The slot holding the blob `name` (any size), or -1."""
-        k = hash(name)
-        keys, sizes, mask = self.keys, self.sizes, self.mask
-        i = k & mask
-        check = -1
-        while (kk := keys[i]) != _EMPTY:
-            if kk == k and sizes[i] >= 0:
-                if check < 0:
-                    check = int(name[:8], 16)
-                if self.checks[i] == check:
-                    return i
-            i = (i + 1) & mask
-        return -1
-
-    def put(self, name: str, size: int, used: int, mark: int) -> None:
-        i = self.slot(name)
-        if i >= 0:
-            self.sizes[i] = size
-            self.used[i] = max(self.used[i], used)
-            self.marks[i] = mark
-            return
-        if (self.filled + 1) * 2 > self.mask + 1:  # at most half full
-            raise _Full
-        k = hash(name)
-        keys, mask = self.keys, self.mask
-        i = k & mask
-        while keys[i] != _EMPTY and self.sizes[i] != _GONE:
-            i = (i + 1) & mask
-        if keys[i] == _EMPTY:
-            self.filled += 1
-        keys[i] = k
-        self.sizes[i] = size
-        self.checks[i] = int(name[:8], 16)
-        self.used[i] = used
-        self.marks[i] = mark
-        self.live += 1
-
-    def drop(self, i: int) -> tuple[int, int]:
-        """Remove slot `i`'s entry (a tombstone); returns its (size, used)."""
-        size, used = self.sizes[i], self.used[i]
-        self.sizes[i] = _GONE
-        self.live -= 1
-        return size, used
-
-    def entries(self) -> Iterator[tuple[int, int, int, int, int]]:
-        """(key, check, size, used, mark) of every live entry."""
-        sizes = self.sizes
-        for i in range(self.mask + 1):
-            if sizes[i] >= 0:
-                yield self.keys[i], self.checks[i], sizes[i], self.used[i], self.marks[i]
+def size_code(size: int) -> int:
+    """`size`'s protobuf varint read as a little-endian integer: one to one, and what
+    a request carries for the size (rbs.wire.find_missing reads it off the bytes)."""
+    if size < 0x80:
+        return size
+    out = bytearray()
+    while size >= 0x80:
+        out.append((size & 0x7F) | 0x80)
+        size >>= 7
+    out.append(size)
+    return int.from_bytes(out, "little")
 
 
-class _Full(Exception):
-    """The table must grow before it takes another entry."""
+def size_of_code(code: int) -> int:
+    """The size a `size_code` stands for."""
+    size = 0
+    for i, b in enumerate(code.to_bytes(max(1, (code.bit_length() + 7) // 8), "little")):
+        size |= (b & 0x7F) << (7 * i)
+    return size
 
 
-def _regrown(t: _Table) -> _Table:
-    slots = t.mask + 1
-    while t.live * 4 > slots:  # at most a quarter full afterwards
-        slots *= 2
-    new = _Table(max(_MIN_SLOTS, slots))
-    keys, sizes, mask = new.keys, new.sizes, new.mask
-    for k, check, size, used, mark in t.entries():
-        i = k & mask
-        while keys[i] != _EMPTY:
-            i = (i + 1) & mask
-        keys[i], sizes[i], new.checks[i], new.used[i], new.marks[i] = k, size, check, used, mark
-    new.live = new.filled = t.live
-    return new
+def blob_key(name: str) -> int:
+    """A blob's key in the index: its hash as an integer."""
+    return int(name, 16)
+
+
+class _Recent:
+    """The uses of one digest function's blobs seen in the last `fresh_s` seconds:
+    two generations (dicts of key -> time), each at most `fresh_s / 2` long."""
+
+    __slots__ = ("cur", "prev", "since", "span")
+
+    def __init__(self, fresh_s: float) -> None:
+        self.span = max(fresh_s / 2, 1e-3)
+        self.cur: dict[int, int] = {}
+        self.prev: dict[int, int] = {}
+        self.since = time.time()
+
+    def roll(self, now: float) -> None:
+        """Start a new generation when the current one is `span` old (or full)."""
+        if now - self.since >= 2 * self.span:
+            self.cur, self.prev, self.since = {}, {}, now
+        elif now - self.since >= self.span or len(self.cur) >= _GEN_MAX:
+            self.cur, self.prev, self.since = {}, self.cur, now
+
+    def used(self, key: int) -> int:
+        """The last use seen of a blob, or 0."""
+        return max(self.cur.get(key, 0), self.prev.get(key, 0))
+
+    def record(self, key: int, when: int) -> None:
+        if when > self.cur.get(key, 0):
+            self.cur[key] = when
 
 
 class PresenceIndex:
@@ -170,10 +148,13 @@ class PresenceIndex:
         self.audit_s = audit_s
         self.ready = threading.Event()
         self._prefixes = dict(prefixes)
-        self._tables = {fn: _Table(_MIN_SLOTS) for fn in DigestFunction}
-        self._hidden: dict[tuple[DigestFunction, str], tuple[int, int]] = {}
+        # key -> size_code << 1 | mark (the audit's, alternating 0 and 1).
+        self._blobs: dict[DigestFunction, dict[int, int]] = {fn: {} for fn in DigestFunction}
+        self._recent = {fn: _Recent(fresh_s) for fn in DigestFunction}
+        self._hidden: dict[tuple[DigestFunction, int], int] = {}
         self._lock = threading.Lock()
-        self._mark = 1
+        self._audit_lock = threading.Lock()  # one audit at a time (each flips the mark)
+        self._mark = 0
         self._closed = threading.Event()
         self._journal = f"{root}/{JOURNAL}"
         self._journal_lock = threading.Lock()
@@ -182,7 +163,7 @@ class PresenceIndex:
         self._journal_at, self._replay_until = _journal_start(self._journal)
         self._marker = f"{root}/{INDEXED}"
         self._touch = touch
-        self._touches: list[tuple[str, list[str]]] = []  # (folder prefix, hashes)
+        self._touches: list[tuple[str, list[int]]] = []  # (folder prefix, keys)
         self._touch_wake = threading.Condition(self._lock)
         self._touching = 0
         with open(self._marker, "w") as f:
@@ -212,89 +193,88 @@ class PresenceIndex:
         return [asked[a] for a in found]
 
     def missing_of(self, fn: DigestFunction, hashes: list[str], sizes: list[int]) -> list[int]:
-        """`find_missing` for one function on plain lists (a server's request, with no
-        Digest made per entry): the positions of the missing ones, each (hash, size)
-        once, in the order asked. The caller has checked the hashes and sizes."""
-        self._read_journal()
-        missing: list[int] = []
-        now = int(time.time()) + 1
-        stale = now - self.fresh_s
-        touches: list[str] = []  # hashes: the touch thread makes their paths
-        with self._lock:
-            t = self._tables[fn]
-            keys, sizes_, checks, used, mask = t.keys, t.sizes, t.checks, t.used, t.mask
-            for at, (h, size) in enumerate(zip(hashes, sizes, strict=True)):
-                if size == 0:
-                    continue
-                k = hash(h)
-                i = k & mask
-                while (kk := keys[i]) != k or sizes_[i] != size or checks[i] != int(h[:8], 16):
-                    if kk == -1:  # _EMPTY, as a constant: this loop is the hot path
-                        i = -1
-                        break
-                    i = (i + 1) & mask
-                if i < 0:
-                    missing.append(at)
-                elif used[i] < stale:
-                    used[i] = now
-                    touches.append(h)
-            if touches:
-                self._touches.append((self._prefixes[fn], touches))
-                self._touch_wake.notify()
-        if len({hashes[i] for i in missing}) < len(missing):
-            firsts = {(hashes[i], sizes[i]): i for i in reversed(missing)}
+        """`find_missing` for one function on plain lists: the positions of the missing
+        ones, each (hash, size) once, in the order asked. The caller has checked the
+        hashes and sizes."""
+        keys = list(map(int, hashes, repeat(16)))
+        present, _ = self.present(fn, keys, list(map(size_code, sizes)))
+        missing = list(compress(range(len(keys)), map(operator.not_, present)))
+        if len({keys[i] for i in missing}) < len(missing):
+            firsts = {(keys[i], sizes[i]): i for i in reversed(missing)}
             missing = sorted(firsts.values())
         return missing
+
+    def present(
+        self, fn: DigestFunction, keys: list[int], codes: list[int]
+    ) -> tuple[list[bool], int]:
+        """Whether each blob (`blob_key` of its hash, `size_code` of its size) is in the
+        store, the empty blob (code 0) always: C passes over the lists, no Python code
+        per blob; and how many distinct non-empty blobs were found. A present blob not
+        used in the last `fresh_s` seconds is recorded as used now and queued for a
+        touch. The caller has checked the hashes and sizes."""
+        self._read_journal()
+        now = int(time.time()) + 1
+        eq, rshift = operator.eq, operator.rshift
+        with self._lock:
+            blobs = self._blobs[fn]
+            found = list(
+                map(eq, map(rshift, map(blobs.get, keys, repeat(_ABSENT)), repeat(1)), codes)
+            )
+            held = found
+            if 0 in codes:  # the empty blob: present whatever the store holds, no file
+                found = list(map(operator.or_, found, map(operator.not_, codes)))
+            recent = self._recent[fn]
+            recent.roll(now)
+            hits = set(compress(keys, held))
+            stale = hits.difference(recent.cur).difference(recent.prev)
+            if stale:
+                recent.cur.update(dict.fromkeys(stale, now))
+                self._touches.append((self._prefixes[fn], list(stale)))
+                self._touch_wake.notify()
+        return found, len(hits)
 
     def holds(self, digest: Digest) -> bool:
         """Whether the index has the blob with this size (for tests and the audit)."""
         with self._lock:
-            t = self._tables[digest.function]
-            i = t.slot(digest.hash)
-            return i >= 0 and t.sizes[i] == digest.size
+            value = self._blobs[digest.function].get(blob_key(digest.hash), _ABSENT)
+            return value >> 1 == size_code(digest.size)
 
     # What the store tells it.
 
     def added(self, fn: DigestFunction, name: str, size: int, when: float) -> None:
         """A blob of this store is on disk with `size`, used at `when` (a write, a stat)."""
         with self._lock:
-            self._put(fn, name, size, int(when) + 1)
+            self._put(fn, blob_key(name), size_code(size), int(when) + 1)
 
     def removed(self, fn: DigestFunction, name: str) -> None:
         """A blob of this store is gone, or about to go."""
         with self._lock:
-            t = self._tables[fn]
-            i = t.slot(name)
-            if i >= 0:
-                t.drop(i)
+            self._blobs[fn].pop(blob_key(name), None)
 
     def hide(self, fn: DigestFunction, name: str, lease_from: float | None) -> bool:
         """Before eviction moves a blob aside: False (kept) if used at or after
         `lease_from` as this index knows; else it is out of the index until `unhide`."""
+        key = blob_key(name)
         with self._lock:
-            t = self._tables[fn]
-            i = t.slot(name)
-            if i < 0:
+            blobs = self._blobs[fn]
+            if key not in blobs:
                 return True
-            if lease_from is not None and t.used[i] >= lease_from:
+            if lease_from is not None and self._recent[fn].used(key) >= lease_from:
                 return False
-            self._hidden[(fn, name)] = t.drop(i)
+            self._hidden[(fn, key)] = blobs.pop(key)
             return True
 
     def unhide(self, fn: DigestFunction, name: str, evicted: bool) -> None:
         """Eviction is done with a hidden blob: back into the index unless evicted."""
         with self._lock:
-            entry = self._hidden.pop((fn, name), None)
-            if entry is not None and not evicted:
-                self._put(fn, name, entry[0], entry[1])
+            value = self._hidden.pop((fn, blob_key(name)), None)
+            if value is not None and not evicted:
+                self._blobs[fn][blob_key(name)] = value >> 1 << 1 | self._mark
 
-    def _put(self, fn: DigestFunction, name: str, size: int, used: int) -> None:
-        t = self._tables[fn]
-        try:
-            t.put(name, size, used, self._mark)
-        except _Full:
-            t = self._tables[fn] = _regrown(t)
-            t.put(name, size, used, self._mark)
+    def _put(self, fn: DigestFunction, key: int, code: int, used: int) -> None:
+        self._blobs[fn][key] = code << 1 | self._mark
+        if used > time.time() - self.fresh_s:
+            self._recent[fn].record(key, used)
 
     def _read_journal(self) -> None:
         """Apply the removals other processes journalled since the last read."""
@@ -314,6 +294,8 @@ class PresenceIndex:
             with contextlib.suppress(ValueError, IndexError):
                 fn_name, name, *added = line.split()
                 fn = DigestFunction(fn_name)
+                if not _BLOB_NAME(name):
+                    continue
                 if not added and at > self._replay_until:
                     self.removed(fn, name)  # about to go: at once, whatever the disk says
                     continue
@@ -339,33 +321,36 @@ class PresenceIndex:
     def audit(self) -> None:
         """Make the index what is on disk: every blob listed and stat'd, entries whose
         file is gone dropped. Safe while the store is in use (see the module docstring)."""
-        with self._lock:
-            self._mark = self._mark % 255 + 1
-            mark = self._mark
-        for fn, prefix in self._prefixes.items():
-            try:
-                with os.scandir(prefix) as top:
-                    folders = sorted(e.path for e in top if e.is_dir(follow_symlinks=False))
-            except FileNotFoundError:
-                continue
-            for folder in folders:
-                if self._closed.is_set():
-                    return
-                # Under the lock from the listing to the update: a write or removal
-                # racing the scan updates the index after it, never before it.
-                with self._lock:
-                    for name, size, mtime in _listing(folder):
-                        self._put(fn, name, size, int(mtime))
-        self._sweep(mark)
+        with self._audit_lock:
+            with self._lock:
+                self._mark ^= 1
+                mark = self._mark
+            for fn, prefix in self._prefixes.items():
+                try:
+                    with os.scandir(prefix) as top:
+                        folders = sorted(e.path for e in top if e.is_dir(follow_symlinks=False))
+                except FileNotFoundError:
+                    continue
+                for folder in folders:
+                    if self._closed.is_set():
+                        return
+                    # Under the lock from the listing to the update: a write or removal
+                    # racing the scan updates the index after it, never before it.
+                    with self._lock:
+                        for name, size, mtime in _listing(folder):
+                            self._put(fn, blob_key(name), size_code(size), int(mtime))
+            self._sweep(mark)
 
     def _sweep(self, mark: int) -> None:
         """Drop every entry the last scan did not find or nothing put since."""
         for fn in DigestFunction:
             with self._lock:
-                t = self._tables[fn]
-                for i in range(t.mask + 1):
-                    if t.sizes[i] >= 0 and t.marks[i] != mark:
-                        t.drop(i)
+                blobs = self._blobs[fn]
+                marks = map(operator.and_, blobs.values(), repeat(1))
+                if mark:
+                    marks = map(operator.not_, marks)
+                for key in list(compress(blobs.keys(), marks)):
+                    del blobs[key]
 
     def _touch_loop(self) -> None:
         while True:
@@ -377,9 +362,10 @@ class PresenceIndex:
                 if not batch and self._closed.is_set():
                     return
             self._closed.wait(TOUCH_DEFER_S)
-            for prefix, hashes in batch:
-                for h in hashes:
-                    self._touch(f"{prefix}{h[:2]}/{h}")
+            for prefix, keys in batch:
+                for key in keys:
+                    name = f"{key:064x}"
+                    self._touch(f"{prefix}{name[:2]}/{name}")
             with self._lock:
                 self._touching = 0
                 self._touch_wake.notify_all()
@@ -396,11 +382,13 @@ class PresenceIndex:
         return True
 
     def memory_bytes(self) -> int:
-        """What the tables take, in bytes."""
-        return sum(25 * (t.mask + 1) for t in self._tables.values())
+        """What the index takes, in bytes (the dicts' tables and, per blob, its key and
+        value objects; the generations of recent uses left out)."""
+        with self._lock:
+            return sum(sys.getsizeof(d) + len(d) * _OBJECTS_PER_BLOB for d in self._blobs.values())
 
     def __len__(self) -> int:
-        return sum(t.live for t in self._tables.values())
+        return sum(len(d) for d in self._blobs.values())
 
     def close(self) -> None:
         """Stop the threads and take the marker away (other processes stop journalling)."""
@@ -417,12 +405,11 @@ def _listing(folder: str) -> Iterator[tuple[str, int, float]]:
     """(name, size, mtime) of every blob file in one shard folder."""
     with os.scandir(folder) as files:
         for f in files:
-            if len(f.name) < 8:
+            if not _BLOB_NAME(f.name):
                 continue
             try:
                 st = f.stat(follow_symlinks=False)
-                int(f.name[:8], 16)
-            except (FileNotFoundError, ValueError):
+            except FileNotFoundError:
                 continue
             yield f.name, st.st_size, st.st_mtime
 

@@ -13,8 +13,10 @@ many threads at once.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Iterable
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +50,19 @@ class CountingDiskStore(DiskStore):
             self.lookup_hits += distinct - len(missing)
         return missing
 
-    def missing_of(
-        self, fn: DigestFunction, hashes: list[str], sizes: list[int]
-    ) -> list[int] | None:
-        """The index's `missing_of`, counted; None while the index is not ready."""
+    def present_of(
+        self, fn: DigestFunction, keys: list[int], codes: list[int]
+    ) -> list[bool] | None:
+        """The index's `present` (keys and size codes, as rbs.cas.presence defines them),
+        counted by key; None while the index is not ready."""
         if self.index is None or not self.index.ready.is_set():
             return None
-        missing = self.index.missing_of(fn, hashes, sizes)
-        distinct = len({h for h, size in zip(hashes, sizes, strict=True) if size})
+        found, hits = self.index.present(fn, keys, codes)
+        misses = len(set(compress(keys, map(operator.not_, found))))
         with self._count_lock:
-            self.lookup_misses += len(missing)
-            self.lookup_hits += distinct - len(missing)
-        return missing
+            self.lookup_misses += misses
+            self.lookup_hits += hits
+        return found
 
     def gc(self, max_size: int | None = None, *, target: int | None = None) -> GcResult:
         result = super().gc(max_size, target=target)

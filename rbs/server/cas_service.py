@@ -5,6 +5,11 @@ a thread hop); anything that touches many blobs or many bytes runs in a worker t
 so one large request never stalls the other clients. Batch limits follow the spec:
 a batch whose total size exceeds the advertised `max_batch_total_size_bytes` is
 INVALID_ARGUMENT as a whole, and each item gets its own status otherwise.
+
+FindMissingBlobs takes and gives bytes (`add_cas_servicer`): a large request in the
+canonical encoding is read in bulk and answered from the store's index with no
+message and no Python code per digest (rbs.wire.find_missing, rbs.cas.presence);
+any other request goes through its protobuf message, with the same answers and errors.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import grpc
@@ -28,6 +33,7 @@ from rbs.cas.store import BlobStore
 from rbs.model import Digest, DigestFunction
 from rbs.server.cas_metrics import CountingDiskStore
 from rbs.server.instances import Instances
+from rbs.wire import find_missing
 from rbs.wire.errors import InvalidRequest, NotFound, code_of, rpc_errors, status_of
 from rbs.wire.reapi import (
     digest_from_proto,
@@ -40,6 +46,8 @@ log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _INLINE_DIGESTS = 64
+# Requests over this many bytes (about 64 digests) try the bulk path first.
+_BULK_BYTES = 64 * 70
 _INLINE_BYTES = 64 << 10
 _DEFAULT_TREE_PAGE = 1000
 _C = re_pb2.Compressor
@@ -69,25 +77,6 @@ def decompress_exact(data: bytes, digest: Digest) -> bytes:
     return bytes(out)
 
 
-def _missing_of(
-    store: CountingDiskStore, fn: DigestFunction, pbs: Sequence[re_pb2.Digest]
-) -> tuple[list[str], list[int]] | None:
-    """The missing (hashes, sizes) of a FindMissingBlobs request, from the index; None
-    when the index is not ready or an entry is malformed (the Digest path then answers,
-    with the error naming the entry)."""
-    hashes = [d.hash for d in pbs]
-    sizes = [d.size_bytes for d in pbs]
-    # Every hash 64 lowercase hex characters, checked in C: what is left once the hex
-    # digits are deleted must be nothing (anything else, non-ASCII included, is not).
-    other = "".join(hashes).encode("ascii", "replace").translate(None, b"0123456789abcdef")
-    if other or set(map(len, hashes)) != {64} or min(sizes) < 0:
-        return None
-    at = store.missing_of(fn, hashes, sizes)
-    if at is None:
-        return None
-    return [hashes[i] for i in at], [sizes[i] for i in at]
-
-
 def get_message(store: BlobStore, digest: Digest, msg: M, what: str) -> M:
     """Read and parse a stored message; a blob of another kind is InvalidRequest."""
     try:
@@ -107,24 +96,42 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
         self.max_batch_size = max_batch_size
 
     @rpc_errors
-    async def FindMissingBlobs(
-        self, request: re_pb2.FindMissingBlobsRequest, context: Context
+    async def FindMissingBlobs(self, request: bytes, context: Context) -> bytes:
+        """Takes and gives bytes (`add_cas_servicer`): a large request in the canonical
+        encoding is answered from the store's index in bulk (rbs.wire.find_missing),
+        anything else through its protobuf message, with the same answers and errors."""
+        if len(request) > _BULK_BYTES and isinstance(self.store, CountingDiskStore):
+            answer = await asyncio.to_thread(self._find_missing_bulk, self.store, request)
+            if answer is not None:
+                return answer
+        return find_missing.encode_response(
+            await self._find_missing(find_missing.decode_request(request))
+        )
+
+    def _find_missing_bulk(self, store: CountingDiskStore, data: bytes) -> bytes | None:
+        """The answer from the index, or None (not canonical bytes, or the index is not
+        ready): the caller then goes through the message."""
+        bulk = find_missing.read_request(data)
+        if bulk is None:
+            return None
+        # The same checks in the same order as `_find_missing`: every hash is 64 hex
+        # characters here, which an unset digest_function takes as SHA256.
+        self.instances.check(bulk.instance_name)
+        fn = function_from_proto(bulk.digest_function) or DigestFunction.SHA256
+        self.instances.check_function(fn)
+        present = store.present_of(fn, bulk.keys, bulk.codes)
+        if present is None:
+            return None
+        return find_missing.missing_response(bulk, present)
+
+    async def _find_missing(
+        self, request: re_pb2.FindMissingBlobsRequest
     ) -> re_pb2.FindMissingBlobsResponse:
         self.instances.check(request.instance_name)
         first = request.blob_digests[0] if request.blob_digests else None
         fn = request_function(request.digest_function, first)
         self.instances.check_function(fn)
         response = re_pb2.FindMissingBlobsResponse()
-        if len(request.blob_digests) > _INLINE_DIGESTS and isinstance(
-            self.store, CountingDiskStore
-        ):
-            # From the store's index straight off the message: no Digest per entry.
-            found = await asyncio.to_thread(_missing_of, self.store, fn, request.blob_digests)
-            if found is not None:
-                add = response.missing_blob_digests.add
-                for h, size in zip(*found, strict=True):
-                    add(hash=h, size_bytes=size)
-                return response
         digests = digests_from_proto(request.blob_digests, fn, "blob_digests")
         if len(digests) <= _INLINE_DIGESTS:
             missing = self.store.find_missing(digests)
@@ -309,3 +316,29 @@ class CasServicer(re_grpc.ContentAddressableStorageServicer):  # type: ignore[mi
             if not more:
                 return
             start += page
+
+
+def add_cas_servicer(server: grpc.aio.Server, servicer: CasServicer) -> None:
+    """Register the CAS service as the generated `add_..._to_server` does, except that
+    FindMissingBlobs takes and gives bytes (it parses and encodes them itself)."""
+    handlers = {
+        "FindMissingBlobs": grpc.unary_unary_rpc_method_handler(servicer.FindMissingBlobs),
+        "BatchUpdateBlobs": grpc.unary_unary_rpc_method_handler(
+            servicer.BatchUpdateBlobs,
+            request_deserializer=re_pb2.BatchUpdateBlobsRequest.FromString,
+            response_serializer=re_pb2.BatchUpdateBlobsResponse.SerializeToString,
+        ),
+        "BatchReadBlobs": grpc.unary_unary_rpc_method_handler(
+            servicer.BatchReadBlobs,
+            request_deserializer=re_pb2.BatchReadBlobsRequest.FromString,
+            response_serializer=re_pb2.BatchReadBlobsResponse.SerializeToString,
+        ),
+        "GetTree": grpc.unary_stream_rpc_method_handler(
+            servicer.GetTree,
+            request_deserializer=re_pb2.GetTreeRequest.FromString,
+            response_serializer=re_pb2.GetTreeResponse.SerializeToString,
+        ),
+    }
+    service = "build.bazel.remote.execution.v2.ContentAddressableStorage"
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ from rbs.server.action_cache import ActionCache, ActionCacheServicer
 from rbs.server.bes_service import add_bes_servicer
 from rbs.server.bytestream import ByteStreamServicer
 from rbs.server.capabilities import CapabilitiesServicer, server_capabilities
-from rbs.server.cas_service import CasServicer
+from rbs.server.cas_service import CasServicer, add_cas_servicer
 from rbs.server.config import Config
 from rbs.server.execution import ExecutionEngine, ExecutionServicer
 from rbs.server.instances import Instances
@@ -83,9 +83,7 @@ def add_servicers(
         max_batch_size=batch, exec_enabled=EXECUTION in SERVICES, functions=instances.functions
     )
     re_grpc.add_CapabilitiesServicer_to_server(CapabilitiesServicer(caps, instances), server)
-    re_grpc.add_ContentAddressableStorageServicer_to_server(
-        CasServicer(store, instances, batch), server
-    )
+    add_cas_servicer(server, CasServicer(store, instances, batch))
     bs_grpc.add_ByteStreamServicer_to_server(ByteStreamServicer(store, instances), server)
     re_grpc.add_ActionCacheServicer_to_server(ActionCacheServicer(action_cache, instances), server)
     re_grpc.add_ExecutionServicer_to_server(ExecutionServicer(engine, instances), server)
