@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import gc
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rbs.build.analysis import Analyzer
@@ -13,6 +15,24 @@ from rbs.build.loader import Loader
 from rbs.build.pkgcache import AnalysisCache, PackageRecord
 from rbs.build.select import BuildConfig
 from rbs.build.workspace import Workspace, find_root
+
+
+@contextmanager
+def few_collections() -> Iterator[None]:
+    """Python's cyclic garbage collector held off while loading or analysis runs.
+
+    Both make many long-lived objects (targets, infos, plain providers, actions) and
+    next to no cyclic garbage (the values are plain data; Starlark's live outside
+    Python's heap), so each full collection walks all of them for nothing: 15-20% of
+    the analysis CPU at 20,001 targets. The collector is back on when they return."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def open_workspace(start: Path | None = None) -> Workspace:
@@ -34,6 +54,18 @@ def resolve_patterns(
     With `errors` (--keep-going), a package that fails to load is recorded there and
     skipped instead of ending the build. With `cache`, a package unchanged since it was
     recorded there is expanded from its record, without loading it."""
+    with few_collections():
+        return _resolve_patterns(loader, patterns, cwd_package, tests_only, errors, cache)
+
+
+def _resolve_patterns(
+    loader: Loader,
+    patterns: Iterable[str],
+    cwd_package: str,
+    tests_only: bool,
+    errors: list[BuildError] | None,
+    cache: AnalysisCache | None,
+) -> list[Label]:
     out: dict[Label, None] = {}
     for text in patterns:
         pat = parse_pattern(text, cwd_package=cwd_package)
@@ -107,13 +139,14 @@ def analyze(
     left out of the graph's requested targets; the others are analysed. With `cache`
     (rbs.build.pkgcache), clean targets are restored from it and fresh ones recorded."""
     an = Analyzer(loader, cache=cache)
-    for label in labels:
-        try:
-            an.resolve(label)
-        except BuildError as e:
-            if errors is None:
-                raise
-            errors.append(e)
+    with few_collections():
+        for label in labels:
+            try:
+                an.resolve(label)
+            except BuildError as e:
+                if errors is None:
+                    raise
+                errors.append(e)
     if cache is not None:
         cache.aspects_used = any(a._aspect_results for a in an._configs.values())
     return an.graph()

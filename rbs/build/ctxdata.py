@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rbs.build.actions import Current
+from rbs.build.ctxreads import Reads
 from rbs.build.errors import BuildError
 from rbs.build.existing import features
 from rbs.build.graph import File, TargetInfo
@@ -43,8 +44,14 @@ class CtxData:
         ) -> File: ...
 
     def _ctx_data(
-        self, target: Target, deps: dict[Label, TargetInfo], cur: Current
+        self,
+        target: Target,
+        deps: dict[Label, TargetInfo],
+        cur: Current,
+        reads: Reads | None = None,
     ) -> dict[str, Any]:
+        """With `reads` (rbs.build.ctxreads), values the implementation cannot read are
+        None; every check still runs on them."""
         label = target.label
         attr: dict[str, Any] = {}
         files: dict[str, Any] = {}
@@ -102,6 +109,18 @@ class CtxData:
                 attr[name] = value
         for key, filename in target.implicit_outputs().items():
             outputs[key] = self._declare(cur, filename, predeclared=True).to_starlark()
+        if reads is not None:
+            for field, values in (
+                ("attr", attr),
+                ("files", files),
+                ("file", single),
+                ("executable", exe),
+                ("outputs", outputs),
+            ):
+                seen = reads[field]
+                for name in values:
+                    if name not in seen:
+                        values[name] = None
         if target.rule.executable or target.rule.test:
             # Declared before the implementation runs, as in Bazel; it becomes the
             # executable when the rule creates it and returns no other one.

@@ -22,8 +22,13 @@ class Label:
     name: str
 
     def __post_init__(self) -> None:
-        _check_package(self.package, str(self))
-        _check_name(self.name, str(self))
+        # The checks depend on the text alone: each package and name is checked once.
+        if self.package not in _VALID_PACKAGES:
+            _check_package(self.package, str(self))
+            _remember(_VALID_PACKAGES, self.package)
+        if self.name not in _VALID_NAMES:
+            _check_name(self.name, str(self))
+            _remember(_VALID_NAMES, self.name)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Labels in a cached analysis were checked when parsed; skip the checks on load.
@@ -40,6 +45,17 @@ class Label:
     def path(self) -> str:
         """The file this label names, relative to its repository root."""
         return f"{self.package}/{self.name}" if self.package else self.name
+
+
+_VALID_PACKAGES: set[str] = set()
+_VALID_NAMES: set[str] = set()
+_MAX_REMEMBERED = 1 << 20
+
+
+def _remember(valid: set[str], text: str) -> None:
+    if len(valid) >= _MAX_REMEMBERED:
+        valid.clear()
+    valid.add(text)
 
 
 def _unchecked_label(repo: str, package: str, name: str) -> Label:
@@ -72,6 +88,22 @@ def _check_name(name: str, text: str) -> None:
 
 def parse_label(text: str, *, package: str = "", repo: str = "") -> Label:
     """Parse a label as written in `package` of `repo` (for relative forms `:x` and `x`)."""
+    key = (text, package, repo)
+    have = _PARSED.get(key)
+    if have is None:
+        have = _parse_label(text, package, repo)
+        if len(_PARSED) >= _MAX_REMEMBERED:
+            _PARSED.clear()
+        _PARSED[key] = have
+    return have
+
+
+# Labels are immutable, so one parse serves every later equal call (labels are parsed
+# again and again: each attribute value at loading, each file owner at analysis).
+_PARSED: dict[tuple[str, str, str], Label] = {}
+
+
+def _parse_label(text: str, package: str, repo: str) -> Label:
     raw = text
     if not text:
         raise ValueError("empty label; write //pkg:name or :name")

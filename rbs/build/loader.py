@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import starlark as sl
 from rbs.build import existing, handover
 from rbs.build.aspects import AspectClass, new_aspect
 from rbs.build.compat import compat_ast, lower_build, lower_module, skylib_module
+from rbs.build.ctxreads import Reads, impl_reads
 from rbs.build.errors import (
     BuildError,
     Location,
@@ -70,6 +73,7 @@ class Loader:
 
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
+        self._root = str(ws.root)
         self.modules: dict[Label, Any] = {}  # label -> starlark FrozenModule
         self.rules: dict[str, RuleClass] = {}
         self.aspects: dict[str, AspectClass] = {}
@@ -77,6 +81,8 @@ class Loader:
         self.providers: dict[str, str] = {}  # provider key -> exported name
         self.packages: dict[str, Package] = {}
         self.files_read: dict[str, Path] = {}  # display path -> file (for the state cache)
+        self.module_texts: dict[str, str] = {}  # display path -> the text evaluated
+        self._reads: dict[str, Reads | None] = {}  # rule key -> what its impl reads of ctx
         self.globbed: set[str] = set()  # packages whose folder listing was used
         self.dirs_read: list[str] = []  # folders listed (by glob or file lookups)
         self.deps = LoadDeps()  # what each package's loading read (rbs.build.pkgcache)
@@ -150,6 +156,7 @@ class Loader:
         self._loading.append(label)
         try:
             text = self._read(label)
+            self.module_texts[display_path(label)] = text
             m = self._new_module(RBS_FILE, label)
             loader = self._file_loader(label)
             if label.repo != RBS_REPO:
@@ -198,7 +205,7 @@ class Loader:
         keys = self._pending_rules.pop(label, [])
         for i, key in enumerate(keys):
             kind = names["rule"][i] if len(names["rule"]) == len(keys) else f"rule#{i}"
-            self.rules[key] = _renamed(self.rules[key], kind)
+            self.rules[key] = dataclasses.replace(self.rules[key], kind=kind)
         akeys = [k for k, a in self.aspects.items() if a.module == label]
         if len(names["aspect"]) == len(akeys):
             self.aspect_names.update(zip(akeys, names["aspect"], strict=True))
@@ -227,6 +234,7 @@ class Loader:
         doc: str,
         outputs: Any = None,
         toolchains: Any = None,
+        implementation: str = "",
     ) -> str:
         specs: dict[str, AttrSpec] = {}
         for name, d in attrs.items():
@@ -250,6 +258,7 @@ class Loader:
             doc=str(doc),
             outputs=implicit_outputs(outputs),
             toolchains=toolchain_types(toolchains, module),
+            impl=str(implementation),
         )
         return key
 
@@ -333,7 +342,7 @@ class Loader:
         values = check_attrs(rc, attrs, what=what, package=pkg.name)
         target = Target(label=label, rule=rc, attrs=values, location=loc)
         for out in target.output_names():
-            if (self.ws.root / pkg.name / out).is_file():
+            if os.path.isfile(os.path.join(self._root, pkg.name, out)):
                 raise ValueError(
                     f"generated file {out!r} of {what} conflicts with the source file "
                     f"{pkg.name + '/' if pkg.name else ''}{out}; rename the output or the file"
@@ -444,22 +453,14 @@ class Loader:
             return None
         return lines[line - 1] if 0 < line <= len(lines) else None
 
+    def ctx_reads(self, rule: RuleClass) -> Reads | None:
+        """What `rule`'s implementation can read of its ctx (None: anything)."""
+        if rule.key not in self._reads:
+            self._reads[rule.key] = impl_reads(rule.impl, self.module_texts)
+        return self._reads[rule.key]
+
     def call_impl(self, rule: RuleClass, data: dict[str, Any]) -> Any:
         return handover.call_impl(self.modules[rule.module], rule.key, data)
-
-
-def _renamed(rc: RuleClass, kind: str) -> RuleClass:
-    return RuleClass(
-        key=rc.key,
-        kind=kind,
-        module=rc.module,
-        attrs=rc.attrs,
-        executable=rc.executable,
-        test=rc.test,
-        doc=rc.doc,
-        outputs=rc.outputs,
-        toolchains=rc.toolchains,
-    )
 
 
 def _to_build_error(text: str, build_file: str, lines: list[str] | None = None) -> BuildError:

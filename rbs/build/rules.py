@@ -134,15 +134,46 @@ class RuleClass:
     outputs: tuple[tuple[str, str], ...] = ()
     # rule(toolchains = [...]): the toolchain_type labels its ctx.toolchains answers.
     toolchains: tuple[str, ...] = ()
+    # The implementation as Starlark prints it ("file.rbs.fname"; rbs.build.ctxreads).
+    impl: str = ""
+    # Made once from the fields above (every target of the rule reads them).
+    _all: Mapping[str, AttrSpec] = field(init=False, repr=False, compare=False)
+    _defaults: tuple[tuple[str, AttrSpec, int], ...] = field(init=False, repr=False, compare=False)
 
-    def all_attrs(self) -> dict[str, AttrSpec]:
+    def __post_init__(self) -> None:
         out = dict(COMMON_ATTRS)
         if self.executable or self.test:
             out.update(BINARY_ATTRS)
         if self.test:
             out.update(TEST_ATTRS)
         out.update(self.attrs)
-        return out
+        object.__setattr__(self, "_all", out)
+        object.__setattr__(
+            self,
+            "_defaults",
+            tuple((name, spec, _default_kind(spec)) for name, spec in out.items()),
+        )
+
+    def all_attrs(self) -> Mapping[str, AttrSpec]:
+        """Every attribute a target of this rule has: the common ones, then the rule's."""
+        return self._all
+
+
+# How check_attrs fills in an attribute's default (see _default_kind).
+_SHARED, _LIST, _DICT, _LABELS, _MANDATORY = range(5)
+
+
+def _default_kind(spec: AttrSpec) -> int:
+    if spec.mandatory:
+        return _MANDATORY
+    default = spec.default
+    if spec.kind in LABEL_KINDS and default:
+        return _LABELS
+    if isinstance(default, list):
+        return _LIST
+    if isinstance(default, dict):
+        return _DICT
+    return _SHARED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,33 +268,35 @@ def label_text(value: Any) -> Any:
     return value
 
 
+def _bad(spec: AttrSpec, value: Any, what: str, want: str) -> ValueError:
+    return ValueError(
+        f"attribute {spec.name!r} of {what} must be {want}, got {_type_name(value)} {value!r}"
+    )
+
+
+def _label(spec: AttrSpec, value: Any, text: Any, what: str, package: str, repo: str) -> Label:
+    # `value` is the attribute's whole value (what a type error shows), `text` one label.
+    text = label_text(text)
+    if not isinstance(text, str):
+        raise _bad(spec, value, what, "a label string like ':name' or '//pkg:name'")
+    try:
+        return parse_label(text, package=package, repo=repo)
+    except ValueError as e:
+        raise ValueError(f"attribute {spec.name!r} of {what}: {e}") from None
+
+
 def convert_attr(spec: AttrSpec, value: Any, *, what: str, package: str, repo: str = "") -> Any:
     """Check one attribute value against its spec and convert labels; ValueError says why."""
     kind = spec.kind
-
-    def bad(want: str) -> ValueError:
-        return ValueError(
-            f"attribute {spec.name!r} of {what} must be {want}, got {_type_name(value)} {value!r}"
-        )
-
-    def label(text: Any) -> Label:
-        text = label_text(text)
-        if not isinstance(text, str):
-            raise bad("a label string like ':name' or '//pkg:name'")
-        try:
-            return parse_label(text, package=package, repo=repo)
-        except ValueError as e:
-            raise ValueError(f"attribute {spec.name!r} of {what}: {e}") from None
-
     if kind == "label":
-        return None if value is None else label(value)
+        return None if value is None else _label(spec, value, value, what, package, repo)
     if kind == "label_list":
         if not isinstance(value, list):
-            raise bad("a list of labels")
-        return [label(x) for x in value]
+            raise _bad(spec, value, what, "a list of labels")
+        return [_label(spec, value, x, what, package, repo) for x in value]
     if kind == "string":
         if not isinstance(value, str):
-            raise bad("a string")
+            raise _bad(spec, value, what, "a string")
         if spec.values and value not in spec.values:
             raise ValueError(
                 f"attribute {spec.name!r} of {what} must be one of {list(spec.values)}, got {value!r}"
@@ -271,37 +304,40 @@ def convert_attr(spec: AttrSpec, value: Any, *, what: str, package: str, repo: s
         return value
     if kind in ("string_list", "output_list"):
         if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-            raise bad("a list of strings")
+            raise _bad(spec, value, what, "a list of strings")
         if kind == "output_list":
-            return [_output_name(label(x), spec, what, package) for x in value]
+            return [
+                _output_name(_label(spec, value, x, what, package, repo), spec, what, package)
+                for x in value
+            ]
         return list(value)
     if kind == "output":
         if value is None:
             return None
         if not isinstance(value, str):
-            raise bad("a file name string")
-        return _output_name(label(value), spec, what, package)
+            raise _bad(spec, value, what, "a file name string")
+        return _output_name(_label(spec, value, value, what, package, repo), spec, what, package)
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise bad("an int")
+            raise _bad(spec, value, what, "an int")
         return value
     if kind == "int_list":
         if not isinstance(value, list) or not all(
             isinstance(x, int) and not isinstance(x, bool) for x in value
         ):
-            raise bad("a list of ints")
+            raise _bad(spec, value, what, "a list of ints")
         return list(value)
     if kind == "bool":
         if isinstance(value, bool):
             return value
         if isinstance(value, int) and value in (0, 1):
             return bool(value)
-        raise bad("True or False")
+        raise _bad(spec, value, what, "True or False")
     if kind == "string_dict":
         if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
-            raise bad("a dict of strings to strings")
+            raise _bad(spec, value, what, "a dict of strings to strings")
         return dict(value)
     raise ValueError(f"attribute {spec.name!r}: unsupported kind {kind!r}")
 
@@ -355,20 +391,23 @@ def check_attrs(
                 f"{rule.kind} has no attribute {name!r}{hint} ({rule.kind} takes: name, {known})"
             )
         out[name] = convert_attr(spec, value, what=what, package=package)
-    for name, spec in specs.items():
+    for name, spec, how in rule._defaults:
         if name in out:
             continue
-        if spec.mandatory:
-            raise ValueError(f"{what} is missing the mandatory attribute {name!r}")
         default = spec.default
-        if spec.kind in LABEL_KINDS and default:
+        if how == _SHARED:
+            out[name] = default
+        elif how == _LIST:
+            out[name] = list(default)
+        elif how == _DICT:
+            out[name] = dict(default)
+        elif how == _MANDATORY:
+            raise ValueError(f"{what} is missing the mandatory attribute {name!r}")
+        else:
             repo = rule.module.repo
             pkg = rule.module.package
             if spec.kind == "label":
-                default = parse_label(label_text(default), package=pkg, repo=repo)
+                out[name] = parse_label(label_text(default), package=pkg, repo=repo)
             else:
-                default = [parse_label(label_text(x), package=pkg, repo=repo) for x in default]
-        elif isinstance(default, (list, dict)):
-            default = type(default)(default)
-        out[name] = default
+                out[name] = [parse_label(label_text(x), package=pkg, repo=repo) for x in default]
     return out

@@ -78,6 +78,7 @@ class Host(Protocol):
         doc: str,
         outputs: Any = None,
         toolchains: Any = None,
+        implementation: str = "",
     ) -> str: ...
     def new_provider(self, module: Label, doc: str = "") -> str: ...
     def register_target(self, rule: str, name: Any, attrs: dict[str, Any], stack: str) -> None: ...
@@ -134,6 +135,10 @@ def _action_json(host: Host, module: Label) -> Callable[..., Any]:
     return lambda text: host.running_impl("action").ctx_action(**json.loads(text))
 
 
+def _register_json(host: Host, module: Label) -> Callable[..., Any]:
+    return lambda rule, name, text, stack: host.register_target(rule, name, json.loads(text), stack)
+
+
 def _expand(host: Host, module: Label) -> Callable[..., Any]:
     return lambda **kw: host.running_impl("expand").ctx_expand(**kw)
 
@@ -163,6 +168,7 @@ RBS_BUILTINS: Mapping[str, Bind] = MappingProxyType(
         "_rbs_new_rule": lambda host, module: functools.partial(host.new_rule, module),
         "_rbs_new_provider": lambda host, module: functools.partial(host.new_provider, module),
         "_rbs_register_target": lambda host, module: host.register_target,
+        "_rbs_register_target_json": _register_json,
         "_rbs_glob": lambda host, module: host.glob,
         "_rbs_package_name": lambda host, module: host.package_name,
         "_rbs_exports_files": lambda host, module: host.exports_files,
