@@ -5,12 +5,12 @@ With `DiskStore(index=True)` the store keeps, per digest function, every blob un
 `blobs/<fn>/` with its size, and answers from that alone:
 
 - **Exact, per function, looked up in C.** A blob is a `dict` entry keyed by its whole
-  hash as an integer (`int(hash, 16)`), whose value is its size's `size_code` (the
+  hash's 32 bytes (`bytes.fromhex(hash)`), whose value is its size's `size_code` (the
   protobuf varint of the size read as a little-endian integer, so a server can take it
   straight off a request's bytes) shifted left once, with the audit's mark in the low
   bit. A lookup of many digests is a few passes of `map` over C functions (`dict.get`,
-  `operator`), with no Python code per digest: `present`. About 150 bytes a blob (the
-  dict's slot, a 256-bit int and the value; `memory_bytes`): about 145 MiB for a million.
+  `operator`), with no Python code per digest: `present`. About 165 bytes a blob (the
+  dict's slot, a 32-byte key and the value; `memory_bytes`): about 160 MiB for a million.
   A BLAKE3 and a SHA256 blob of the same hex name are entries of separate dicts.
 - **Built from the disk.** At open, a thread lists and stats every blob (one folder at
   a time, under the index's lock) while `find_missing` still stats as without the
@@ -71,8 +71,9 @@ TOUCH_DEFER_S = 0.05  # touches wait this long, so the answer that queued them g
 _GEN_MAX = 1 << 20
 _ABSENT = -2  # what `dict.get` gives for an unknown blob: no size code is negative
 _BLOB_NAME = re.compile("[0-9a-f]{64}").fullmatch
-# Per blob, beyond the dict's own table: a 256-bit int key and an int value.
-_OBJECTS_PER_BLOB = sys.getsizeof(1 << 255) + sys.getsizeof(1 << 40) + 16
+# Per blob, beyond the dict's own table: a 32-byte key and an int value (the allocator
+# rounds each object up to 16 bytes).
+_OBJECTS_PER_BLOB = sum(-(-sys.getsizeof(x) // 16) * 16 for x in (bytes(32), 1 << 40))
 
 
 def size_code(size: int) -> int:
@@ -96,9 +97,9 @@ def size_of_code(code: int) -> int:
     return size
 
 
-def blob_key(name: str) -> int:
-    """A blob's key in the index: its hash as an integer."""
-    return int(name, 16)
+def blob_key(name: str) -> bytes:
+    """A blob's key in the index: its hash's bytes (`name` is lowercase hex)."""
+    return bytes.fromhex(name)
 
 
 class _Recent:
@@ -109,8 +110,8 @@ class _Recent:
 
     def __init__(self, fresh_s: float) -> None:
         self.span = max(fresh_s / 2, 1e-3)
-        self.cur: dict[int, int] = {}
-        self.prev: dict[int, int] = {}
+        self.cur: dict[bytes, int] = {}
+        self.prev: dict[bytes, int] = {}
         self.since = time.time()
 
     def roll(self, now: float) -> None:
@@ -120,11 +121,11 @@ class _Recent:
         elif now - self.since >= self.span or len(self.cur) >= _GEN_MAX:
             self.cur, self.prev, self.since = {}, self.cur, now
 
-    def used(self, key: int) -> int:
+    def used(self, key: bytes) -> int:
         """The last use seen of a blob, or 0."""
         return max(self.cur.get(key, 0), self.prev.get(key, 0))
 
-    def record(self, key: int, when: int) -> None:
+    def record(self, key: bytes, when: int) -> None:
         if when > self.cur.get(key, 0):
             self.cur[key] = when
 
@@ -149,9 +150,9 @@ class PresenceIndex:
         self.ready = threading.Event()
         self._prefixes = dict(prefixes)
         # key -> size_code << 1 | mark (the audit's, alternating 0 and 1).
-        self._blobs: dict[DigestFunction, dict[int, int]] = {fn: {} for fn in DigestFunction}
+        self._blobs: dict[DigestFunction, dict[bytes, int]] = {fn: {} for fn in DigestFunction}
         self._recent = {fn: _Recent(fresh_s) for fn in DigestFunction}
-        self._hidden: dict[tuple[DigestFunction, int], int] = {}
+        self._hidden: dict[tuple[DigestFunction, bytes], int] = {}
         self._lock = threading.Lock()
         self._audit_lock = threading.Lock()  # one audit at a time (each flips the mark)
         self._mark = 0
@@ -163,7 +164,7 @@ class PresenceIndex:
         self._journal_at, self._replay_until = _journal_start(self._journal)
         self._marker = f"{root}/{INDEXED}"
         self._touch = touch
-        self._touches: list[tuple[str, list[int]]] = []  # (folder prefix, keys)
+        self._touches: list[tuple[str, list[bytes]]] = []  # (folder prefix, keys)
         self._touch_wake = threading.Condition(self._lock)
         self._touching = 0
         with open(self._marker, "w") as f:
@@ -196,7 +197,7 @@ class PresenceIndex:
         """`find_missing` for one function on plain lists: the positions of the missing
         ones, each (hash, size) once, in the order asked. The caller has checked the
         hashes and sizes."""
-        keys = list(map(int, hashes, repeat(16)))
+        keys = list(map(bytes.fromhex, hashes))
         present, _ = self.present(fn, keys, list(map(size_code, sizes)))
         missing = list(compress(range(len(keys)), map(operator.not_, present)))
         if len({keys[i] for i in missing}) < len(missing):
@@ -205,7 +206,7 @@ class PresenceIndex:
         return missing
 
     def present(
-        self, fn: DigestFunction, keys: list[int], codes: list[int]
+        self, fn: DigestFunction, keys: list[bytes], codes: list[int]
     ) -> tuple[list[bool], int]:
         """Whether each blob (`blob_key` of its hash, `size_code` of its size) is in the
         store, the empty blob (code 0) always: C passes over the lists, no Python code
@@ -271,7 +272,7 @@ class PresenceIndex:
             if value is not None and not evicted:
                 self._blobs[fn][blob_key(name)] = value >> 1 << 1 | self._mark
 
-    def _put(self, fn: DigestFunction, key: int, code: int, used: int) -> None:
+    def _put(self, fn: DigestFunction, key: bytes, code: int, used: int) -> None:
         self._blobs[fn][key] = code << 1 | self._mark
         if used > time.time() - self.fresh_s:
             self._recent[fn].record(key, used)
@@ -364,7 +365,7 @@ class PresenceIndex:
             self._closed.wait(TOUCH_DEFER_S)
             for prefix, keys in batch:
                 for key in keys:
-                    name = f"{key:064x}"
+                    name = key.hex()
                     self._touch(f"{prefix}{name[:2]}/{name}")
             with self._lock:
                 self._touching = 0

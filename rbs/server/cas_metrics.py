@@ -51,7 +51,7 @@ class CountingDiskStore(DiskStore):
         return missing
 
     def present_of(
-        self, fn: DigestFunction, keys: list[int], codes: list[int]
+        self, fn: DigestFunction, keys: list[bytes], codes: list[int]
     ) -> list[bool] | None:
         """The index's `present` (keys and size codes, as rbs.cas.presence defines them),
         counted by key; None while the index is not ready."""

@@ -64,7 +64,7 @@ class BulkRequest:
     """A FindMissingBlobs request read off canonical bytes.
 
     `entries` are the digests' encoded fields as they came (the answer is made of them),
-    `keys` their hashes as integers (`int(hash, 16)`), `codes` their sizes' varints read
+    `keys` their hashes' 32 bytes (`bytes.fromhex(hash)`), `codes` their sizes' varints read
     as little-endian integers (0 for the empty blob): rbs.cas.presence's `blob_key` and
     `size_code`. `hashes` are the hex hashes as bytes."""
 
@@ -72,7 +72,7 @@ class BulkRequest:
     digest_function: int
     entries: list[bytes]
     hashes: list[bytes]
-    keys: list[int]
+    keys: list[bytes]
     codes: list[int]
 
 
@@ -109,8 +109,8 @@ def read_request(data: bytes) -> BulkRequest | None:
     if sum(map(len, entries)) != end - at:
         return None
     hashes: list[bytes] = list(map(operator.getitem, entries, repeat(_HASH)))
-    try:  # hex digits (either case), each hash read as an integer on the way
-        keys: list[int] = list(map(int.from_bytes, map(binascii.unhexlify, hashes)))
+    try:  # hex digits (either case), each hash read into its bytes on the way
+        keys: list[bytes] = list(map(binascii.unhexlify, hashes))
     except binascii.Error:
         return None
     # Lowercase: no A-F anywhere, and a letter somewhere (all digits, at odds of 1e-13

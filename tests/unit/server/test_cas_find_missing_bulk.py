@@ -41,7 +41,7 @@ class _Context:
 class _Spying(CountingDiskStore):
     bulk_calls = 0
 
-    def present_of(self, fn: DigestFunction, keys: list[int], codes: list[int]) -> Any:
+    def present_of(self, fn: DigestFunction, keys: list[bytes], codes: list[int]) -> Any:
         self.bulk_calls += 1
         return super().present_of(fn, keys, codes)
 
