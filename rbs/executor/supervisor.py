@@ -63,7 +63,8 @@ from rbs.executor.supervisor_proto import (
     socket_address,
 )
 from rbs.executor.supervisor_run import PGID_FILE, SupervisedRun
-from rbs.executor.supervisor_start import Starter
+from rbs.executor.supervisor_spawn import private_fs
+from rbs.executor.supervisor_start import Starter, Starting, start_here
 from rbs.executor.telemetry import Sampler, interval_from_env
 from rbs.model import LogLine
 
@@ -99,6 +100,8 @@ class Supervisor:
         self.shutting_down = False
         self._pending_lines: dict[str, list[LogLine]] = {}
         self.starter = Starter()
+        # The loop's thread starts runs too (`start_here`), in a folder of its own.
+        self._private = private_fs()
         self.sampler = Sampler(interval_from_env())
         self.sel.register(self.starter.wake_r, selectors.EVENT_READ, "started")
         self.listener = self._listen()
@@ -400,31 +403,43 @@ class Supervisor:
             raw=self._send,
         )
         self.runs[spec.lease_id] = run
-        self.starter.submit(run)  # on a spawn thread; `_started` takes it from there
+        if not (self._private and start_here(self.backend, spec)):
+            self.starter.submit(run)  # on a spawn thread; `_started` takes it from there
+            return
+        error: BaseException | None = None
+        try:
+            run.start()
+        except Exception as e:
+            error = e
+        self._take_over(run, Starting(error=error), time.monotonic())
 
     def _started(self) -> None:
         """Runs whose start is over: poll their fds, send their lines and Started."""
         now = time.monotonic()
         for run, st in self.starter.completed():
-            lease_id = run.spec.lease_id
-            if st.error is not None:  # e.g. the spool cannot be written: the work dir is full
-                log.error("run %s could not start: %r", lease_id, st.error)
-                if run.pid is not None:  # never a process nobody watches
-                    with contextlib.suppress(OSError):
-                        os.killpg(run.pid, signal.SIGKILL)
-                        os.waitpid(run.pid, 0)
-                err = f"{type(st.error).__name__}: {st.error}"
-                run.exited = Exited(lease_id=lease_id, state="FAILED", error=err)
-            else:
-                for fd, what in st.fds.items():
-                    self.sel.register(fd, selectors.EVENT_READ, (run, what))
-            self._lines(run, st.lines)
-            if run.pid is not None and st.error is None:
-                self._send_lines(lease_id)
-                self._send(Started(lease_id=lease_id, pid=run.pid, started_at=run.started_at or 0))
-                if st.kill is not None:
-                    run.kill(*st.kill, run.spec.grace_s, now)
-            self._after(run)
+            self._take_over(run, st, now)
+
+    def _take_over(self, run: SupervisedRun, st: Starting, now: float) -> None:
+        """Poll a started run's fds, send its lines and Started (or its failure)."""
+        lease_id = run.spec.lease_id
+        if st.error is not None:  # e.g. the spool cannot be written: the work dir is full
+            log.error("run %s could not start: %r", lease_id, st.error)
+            if run.pid is not None:  # never a process nobody watches
+                with contextlib.suppress(OSError):
+                    os.killpg(run.pid, signal.SIGKILL)
+                    os.waitpid(run.pid, 0)
+            err = f"{type(st.error).__name__}: {st.error}"
+            run.exited = Exited(lease_id=lease_id, state="FAILED", error=err)
+        else:
+            for fd, what in st.fds.items():
+                self.sel.register(fd, selectors.EVENT_READ, (run, what))
+        self._lines(run, st.lines)
+        if run.pid is not None and st.error is None:
+            self._send_lines(lease_id)
+            self._send(Started(lease_id=lease_id, pid=run.pid, started_at=run.started_at or 0))
+            if st.kill is not None:
+                run.kill(*st.kill, run.spec.grace_s, now)
+        self._after(run)
 
     def _lines(self, run: SupervisedRun, lines: list[LogLine]) -> None:
         st = self.starter.state(run)

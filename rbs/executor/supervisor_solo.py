@@ -55,6 +55,8 @@ class SoloRun:
                 self.run.start()
             except BaseException as e:  # raised again on the caller's thread
                 errors.append(e)
+            finally:
+                supervisor_spawn.end_private_fs()
 
         spawner = threading.Thread(target=go, name="rbs-spawn-solo")
         spawner.start()

@@ -81,11 +81,22 @@ def private_fs() -> bool:
         ok = False
     if not ok:
         log.info("a spawn thread could not get a folder of its own; jobs start through a shim")
+    else:  # where it goes back to after each spawn
+        _local.home = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     _local.private = ok
     return ok
 
 
 Wrap = Callable[[list[str]], list[str]]  # an argv, run as the run's uid (runuser.Seat.wrap)
+
+
+def end_private_fs() -> None:
+    """A thread that had `private_fs` and ends: its way-back fd closed."""
+    home = getattr(_local, "home", None)
+    if home is not None:
+        os.close(home)
+        _local.home = None
+    _local.private = False
 
 
 def spawn(spec: RunSpec, cgroup: JobCgroup, exe: str, wrap: Wrap, uid: int | None) -> Spawned:
@@ -125,7 +136,7 @@ def _born_inside(spec: RunSpec, fs: CgroupFs, steps: tuple[Step, ...], exe: str)
                         setsigdef=DEFAULT_SIGNALS,
                     )
             finally:
-                os.chdir("/")
+                os.fchdir(_local.home)
     except CgroupError as e:
         _close(go_r, go_w, *io.fds)
         raise SpawnError(f"cannot move the job into its cgroup: {e}") from e

@@ -1,13 +1,13 @@
 """Starting runs off the supervisor's loop: a few threads wait out each spawn.
 
-A start blocks: creating and configuring the cgroups (a write that moves a process
-into a group waits for the kernel), and `posix_spawn`, whose parent is suspended until
-the child has exec'd, which on a loaded host can take milliseconds. On the
-one loop these waits would queue every other run's events and starts behind them, so
-a small fixed pool of threads (not one per run) runs `SupervisedRun.start`; what the
+A start may block: creating and configuring the cgroups, and moving a process into a
+group by pid (the shim's way), wait for the kernel, milliseconds on a loaded host. On
+the one loop these waits would queue every other run's events and starts behind them,
+so a small fixed pool of threads (not one per run) runs `SupervisedRun.start`; what the
 run asks of the loop meanwhile (log lines, fds to poll, a kill) is kept in its
 `Starting` and handed to the loop once the start is over (`completed`), woken by a
-pipe the loop polls.
+pipe the loop polls. A start that waits on neither (`start_here`: a kept group, a job
+born in it) is made on the loop itself, sparing the hand-off to a thread and back.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ import queue
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from rbs.executor.cgroup_base import CgroupBackend, NullBackend
+from rbs.executor.cgroup_pool import CgroupPool
+from rbs.executor.cgroup_v2 import V2Backend
+from rbs.executor.supervisor_proto import RunSpec
 from rbs.executor.supervisor_run import SupervisedRun
 from rbs.executor.supervisor_spawn import private_fs
 from rbs.model import LogLine
@@ -80,3 +84,19 @@ class Starter:
             except queue.Empty:
                 return out
             out.append((run, self.starting.pop(run)))
+
+
+def start_here(backend: CgroupBackend, spec: RunSpec) -> bool:
+    """Whether the loop starts the run itself: one that takes a kept group (or needs
+    none) and is born in it (rbs.executor.supervisor_spawn) waits on no mkdir and no
+    cgroup lock of the kernel, and skips the hand-off to a spawn thread and back."""
+    if spec.users or spec.pids_max is not None:  # started through the shim
+        return False
+    if spec.cpu_set is not None or spec.io_bps is not None:  # a group of its own
+        return False
+    inner = backend.inner if isinstance(backend, CgroupPool) else backend
+    if isinstance(inner, NullBackend):
+        return True
+    if isinstance(inner, V2Backend) and inner.controllers:  # joined by pid: the shim
+        return False
+    return isinstance(backend, CgroupPool) and backend.idle() > 0
