@@ -10,12 +10,22 @@ from rbs.build.errors import BuildError
 from rbs.build.existing import features
 from rbs.build.graph import File, TargetInfo
 from rbs.build.labels import Label
-from rbs.build.rules import LABEL_KINDS, AttrSpec, Target
+from rbs.build.rules import (
+    CTX_LABEL,
+    CTX_LABEL_LIST,
+    CTX_OUTPUT,
+    CTX_PLAIN,
+    AttrSpec,
+    Target,
+)
 from rbs.build.select import setting_value
 from rbs.build.toolchains import template_variables
 
 if TYPE_CHECKING:
     from rbs.build.loader import Loader
+
+
+_FILE_KINDS = ("source file", "generated file")
 
 
 class CtxData:
@@ -58,24 +68,26 @@ class CtxData:
         single: dict[str, Any] = {}
         exe: dict[str, Any] = {}
         outputs: dict[str, Any] = {}
-        for name, spec in target.rule.all_attrs().items():
-            if spec.ignored and name not in ("tags", "testonly"):
-                continue  # every value crossing into Starlark costs; rules never read these
-            value = target.attrs.get(name)
-            if spec.kind in LABEL_KINDS:
-                labels = [] if value is None else [value] if spec.kind == "label" else value
+        given = target.attrs
+        for name, spec, kind in target.rule.ctx_attrs():
+            value = given.get(name)
+            if kind == CTX_PLAIN:
+                attr[name] = value
+            elif kind in (CTX_LABEL, CTX_LABEL_LIST):
+                labels = [] if value is None else [value] if kind == CTX_LABEL else value
                 infos = [deps[x] for x in labels]
                 for i in infos:
-                    self._check_files_allowed(target, name, spec.allow_files, i)
+                    if i.kind in _FILE_KINDS:
+                        self._check_files_allowed(target, name, spec.allow_files, i)
                 attr[name] = (
                     (self.dep_plain(labels[0], spec, target) if labels else None)
-                    if spec.kind == "label"
+                    if kind == CTX_LABEL
                     else [self.dep_plain(x, spec, target) for x in labels]
                 )
                 fl = [f.to_starlark() for i in infos for f in i.files]
                 files[name] = fl
                 if spec.single_file:
-                    if spec.kind == "label" and labels and len(fl) != 1:
+                    if kind == CTX_LABEL and labels and len(fl) != 1:
                         raise BuildError(
                             f"{target.rule.kind} {label}: attribute {name!r} must name exactly one "
                             f"file, but {labels[0]} has {len(fl)}",
@@ -93,20 +105,13 @@ class CtxData:
                             hint="use an sh_binary, py_binary or another executable target",
                         )
                     exe[name] = e.to_starlark() if e else None
-            elif spec.kind in ("output", "output_list"):
-                names = [] if not value else [value] if spec.kind == "output" else value
-                fs = []
-                for n in names:
-                    f = self._declare(cur, n, predeclared=True)
-                    fs.append(f.to_starlark())
+            else:
+                names = [] if not value else [value] if kind == CTX_OUTPUT else value
+                fs = [self._declare(cur, n, predeclared=True).to_starlark() for n in names]
                 outputs[name] = (
-                    fs[0]
-                    if spec.kind == "output" and fs
-                    else (None if spec.kind == "output" else fs)
+                    fs[0] if kind == CTX_OUTPUT and fs else (None if kind == CTX_OUTPUT else fs)
                 )
                 attr[name] = outputs[name]
-            else:
-                attr[name] = value
         for key, filename in target.implicit_outputs().items():
             outputs[key] = self._declare(cur, filename, predeclared=True).to_starlark()
         if reads is not None:

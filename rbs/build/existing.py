@@ -41,9 +41,12 @@ def existing_rules(pkg: Package) -> dict[str, dict[str, Any]]:
 def features(package: list[str], target: Target) -> tuple[list[str], list[str]]:
     """ctx.features and ctx.disabled_features: the package's features, then the target's;
     "-x" disables x, and a disabled feature wins (Bazel's rule)."""
+    own = target.attrs.get("features")
+    if not package and not own:
+        return [], []
     on: dict[str, None] = {}
     off: dict[str, None] = {}
-    for f in [*package, *(target.attrs.get("features") or [])]:
+    for f in [*package, *(own or [])]:
         if f.startswith("-"):
             off[f[1:]] = None
         else:

@@ -139,6 +139,7 @@ class RuleClass:
     # Made once from the fields above (every target of the rule reads them).
     _all: Mapping[str, AttrSpec] = field(init=False, repr=False, compare=False)
     _defaults: tuple[tuple[str, AttrSpec, int], ...] = field(init=False, repr=False, compare=False)
+    _ctx: tuple[tuple[str, AttrSpec, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         out = dict(COMMON_ATTRS)
@@ -153,10 +154,34 @@ class RuleClass:
             "_defaults",
             tuple((name, spec, _default_kind(spec)) for name, spec in out.items()),
         )
+        object.__setattr__(
+            self,
+            "_ctx",
+            tuple(
+                (name, spec, CTX_KINDS.get(spec.kind, CTX_PLAIN))
+                for name, spec in out.items()
+                # Every value crossing into Starlark costs; rules never read these.
+                if not spec.ignored or name in ("tags", "testonly")
+            ),
+        )
 
     def all_attrs(self) -> Mapping[str, AttrSpec]:
         """Every attribute a target of this rule has: the common ones, then the rule's."""
         return self._all
+
+    def ctx_attrs(self) -> tuple[tuple[str, AttrSpec, int], ...]:
+        """The attributes an implementation's ctx holds, in order, with their CTX_* kind."""
+        return self._ctx
+
+
+# How an attribute's value reaches ctx (rbs.build.ctxdata).
+CTX_PLAIN, CTX_LABEL, CTX_LABEL_LIST, CTX_OUTPUT, CTX_OUTPUT_LIST = range(5)
+CTX_KINDS = {
+    "label": CTX_LABEL,
+    "label_list": CTX_LABEL_LIST,
+    "output": CTX_OUTPUT,
+    "output_list": CTX_OUTPUT_LIST,
+}
 
 
 # How check_attrs fills in an attribute's default (see _default_kind).
