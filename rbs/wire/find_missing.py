@@ -28,7 +28,7 @@ from __future__ import annotations
 import binascii
 import operator
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import cast
@@ -117,7 +117,7 @@ def read_request(data: bytes) -> BulkRequest | None:
     # per honest hash, goes to protobuf too, which takes it).
     if hashes and not b"".join(hashes).islower():
         return None
-    sizes: Iterator[bytes] = map(operator.getitem, entries, repeat(_SIZE))
+    sizes: list[bytes] = list(map(operator.getitem, entries, repeat(_SIZE)))
     codes: list[int] = list(map(_from_bytes, sizes, repeat("little")))
     return BulkRequest(name, function, entries, hashes, keys, codes)
 
