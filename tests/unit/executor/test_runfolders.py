@@ -54,7 +54,8 @@ def test_an_untouched_folder_is_reused_empty_under_the_next_leases_name(
     second = RunDirs(root=root / "2.1.0")
     assert folders.make(second) is Made.REUSED
     assert os.stat(second.work).st_ino == inode  # the same folder, renamed
-    assert sorted(p.name for p in second.root.iterdir()) == ["tmp", "work"]  # no spool yet
+    assert sorted(p.name for p in second.root.iterdir()) == ["log.jsonl", "tmp", "work"]
+    assert second.spool.read_bytes() == b""
     assert list(second.work.iterdir()) == [] and list(second.tmp.iterdir()) == []
     assert [p.name for p in root.iterdir()] == ["2.1.0"]
 
