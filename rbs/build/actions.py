@@ -7,7 +7,6 @@ the `_rbs_declare`, `_rbs_action` and `_rbs_expand` hooks with plain data.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any
 
 from rbs.build import expand as mk
@@ -360,22 +359,21 @@ def runfiles_links(v: Any, ws_name: str) -> list[tuple[str, File]]:
     return out
 
 
-def _flatten(values: Any) -> Iterable[Any]:
+def _flatten(values: Any) -> list[Any]:
+    # A list, not a generator: called for every action's outputs and inputs.
     if values is None:
-        return
-    if isinstance(values, dict) and "_d" in values:
-        yield from values["_d"]
-        return
+        return []
     if isinstance(values, dict):
-        yield values
-        return
+        return list(values["_d"]) if "_d" in values else [values]
+    out: list[Any] = []
     for v in values:
         if isinstance(v, dict) and "_d" in v:
-            yield from v["_d"]
+            out.extend(v["_d"])
         elif isinstance(v, list):
-            yield from _flatten(v)
+            out.extend(_flatten(v))
         elif v is not None:
-            yield v
+            out.append(v)
+    return out
 
 
 def files_in(v: Any) -> list[dict[str, Any]]:
