@@ -60,6 +60,19 @@ class V1Cgroup(JobCgroup):
         # Counters of earlier jobs in this group (reused: `recycle`), and the last read.
         self._base = (0, 0)  # cpuacct.usage ns, oom_kill
         self._last: tuple[int, int] | None = None
+        mem, acct = self.groups.get("memory"), self.groups.get("cpuacct")
+        # The files read and written at each job's end (made once: a kept group's
+        # jobs all read them).
+        self._mem = (
+            None
+            if mem is None
+            else (
+                mem / "memory.max_usage_in_bytes",
+                mem / "memory.oom_control",
+                mem / "memory.usage_in_bytes",
+            )
+        )
+        self._acct = None if acct is None else acct / "cpuacct.usage"
 
     @property
     def fs(self) -> CgroupFs:
@@ -101,16 +114,13 @@ class V1Cgroup(JobCgroup):
     def usage(self) -> Usage:
         peak = None
         oom = 0
-        mem = self.groups.get("memory")
-        if mem is not None:
-            peak = read_int(self._fs, mem / "memory.max_usage_in_bytes")
-            oom_control = self._fs.read_if_there(mem / "memory.oom_control")
-            oom = parse_keyed(oom_control).get("oom_kill", 0)
+        if self._mem is not None:
+            peak = read_int(self._fs, self._mem[0])
+            oom = parse_keyed(self._fs.read_if_there(self._mem[1])).get("oom_kill", 0)
         cpu = None
         ns = None
-        acct = self.groups.get("cpuacct")
-        if acct is not None:
-            ns = read_int(self._fs, acct / "cpuacct.usage")
+        if self._acct is not None:
+            ns = read_int(self._fs, self._acct)
             cpu = None if ns is None else (ns - self._base[0]) / 1e9
         self._last = (ns or 0, oom)
         return Usage(peak_memory_bytes=peak, oom_kills=oom - self._base[1], cpu_time_s=cpu)
@@ -121,13 +131,12 @@ class V1Cgroup(JobCgroup):
         wrote, is not reused); cpu time and OOM kills count from the last `usage`."""
         if self._last is None:
             return False
-        mem = self.groups.get("memory")
         try:
-            if mem is not None:
-                charged = read_int(self._fs, mem / "memory.usage_in_bytes")
+            if self._mem is not None:
+                charged = read_int(self._fs, self._mem[2])
                 if charged is None or charged > RECYCLE_MAX_CHARGE:
                     return False
-                self._fs.write(mem / "memory.max_usage_in_bytes", "0")
+                self._fs.write(self._mem[0], "0")
         except CgroupError:
             return False
         self._base, self._last = self._last, None

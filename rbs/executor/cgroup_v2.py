@@ -62,6 +62,9 @@ class V2Cgroup(JobCgroup):
         enabled = ",".join(sorted(controllers)) or "no controllers"
         self.description = f"v2 {path} ({enabled})"
         self._base_usec = 0  # cpu of earlier jobs in this group (reused: `recycle`)
+        self._last_usec: int | None = None  # as the last `usage` read it
+        # Files each job's end reads (made once: a kept group's jobs all read them).
+        self._events, self._stat = path / "cgroup.events", path / "cpu.stat"
 
     @property
     def fs(self) -> CgroupFs:
@@ -91,7 +94,7 @@ class V2Cgroup(JobCgroup):
         return kill_pids(self._fs, [self.path], sig)
 
     def populated(self) -> bool:
-        events = self._fs.read_if_there(self.path / "cgroup.events")
+        events = self._fs.read_if_there(self._events)
         if events is None:
             return bool(self.pids())
         return parse_keyed(events).get("populated", 0) == 1
@@ -104,12 +107,12 @@ class V2Cgroup(JobCgroup):
         if "memory" in self.controllers:
             events = self._fs.read_if_there(self.path / "memory.events")
             oom = parse_keyed(events).get("oom_kill", 0)
-        usec = self._usec()
+        usec = self._last_usec = self._usec()
         cpu = None if usec is None else (usec - self._base_usec) / 1e6
         return Usage(peak_memory_bytes=peak, oom_kills=oom, cpu_time_s=cpu)
 
     def _usec(self) -> int | None:
-        stat = self._fs.read_if_there(self.path / "cpu.stat")
+        stat = self._fs.read_if_there(self._stat)
         return None if stat is None else parse_keyed(stat).get("usage_usec")
 
     def recycle(self) -> bool:
@@ -121,7 +124,9 @@ class V2Cgroup(JobCgroup):
         try:
             if self.populated():
                 return False
-            self._base_usec = self._usec() or 0
+            # Empty since `usage` read it (when it did): no process has run since.
+            last, self._last_usec = self._last_usec, None
+            self._base_usec = (last if last is not None else self._usec()) or 0
         except CgroupError:
             return False
         return True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import resource
@@ -464,9 +465,16 @@ class SupervisedRun:
 
 
 def _abs_path(path: str, cwd: str) -> str:
+    if _all_absolute(path):  # the usual PATH: as it is, for every run
+        return path
     return os.pathsep.join(
         p if os.path.isabs(p) else os.path.join(cwd, p or ".") for p in path.split(os.pathsep)
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _all_absolute(path: str) -> bool:
+    return all(p.startswith("/") for p in path.split(os.pathsep))
 
 
 def _signame(sig: int) -> str:

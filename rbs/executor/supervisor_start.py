@@ -12,10 +12,11 @@ born in it) is made on the loop itself, sparing the hand-off to a thread and bac
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import queue
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
 from dataclasses import dataclass, field
 
 from rbs.executor.cgroup_base import CgroupBackend, NullBackend
@@ -23,7 +24,7 @@ from rbs.executor.cgroup_pool import CgroupPool
 from rbs.executor.cgroup_v2 import V2Backend
 from rbs.executor.supervisor_proto import RunSpec
 from rbs.executor.supervisor_run import SupervisedRun
-from rbs.executor.supervisor_spawn import private_fs
+from rbs.executor.supervisor_spawn import end_private_fs, private_fs
 from rbs.model import LogLine
 
 SPAWN_THREADS = 2  # spawns take turns (supervisor_spawn.SPAWN_LOCK); fewer threads, cheaper moves
@@ -40,14 +41,15 @@ class Starting:
 
 
 class Starter:
-    """The pool and the runs it is starting."""
+    """The spawn threads and the runs they are starting. A thread ends once no start
+    waits: every thread of the supervisor moves with it into a job's v2 group and back
+    (rbs.executor.supervisor_spawn), each one a cost, and most starts are the loop's."""
 
     def __init__(self, threads: int = SPAWN_THREADS) -> None:
-        # Each with a current directory of its own: a job born in its cgroup starts
-        # in the spawning thread's (rbs.executor.supervisor_spawn).
-        self._pool = ThreadPoolExecutor(
-            threads, thread_name_prefix="rbs-spawn", initializer=private_fs
-        )
+        self._max = threads
+        self._queue: collections.deque[SupervisedRun] = collections.deque()
+        self._lock = threading.Lock()
+        self._threads = 0
         self._done: queue.SimpleQueue[SupervisedRun] = queue.SimpleQueue()
         self.wake_r, self._wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -56,13 +58,33 @@ class Starter:
 
     def submit(self, run: SupervisedRun) -> None:
         self.starting[run] = Starting()
-        self._pool.submit(run.start).add_done_callback(lambda f: self._finished(run, f))
+        with self._lock:
+            self._queue.append(run)
+            if self._threads >= self._max:
+                return
+            self._threads += 1
+        threading.Thread(target=self._work, name="rbs-spawn").start()
 
-    def _finished(self, run: SupervisedRun, fut: Future[None]) -> None:
-        self.starting[run].error = fut.exception()
-        self._done.put(run)
-        with contextlib.suppress(BlockingIOError):  # full: the loop is woken already
-            os.write(self._wake_w, b"\0")
+    def _work(self) -> None:
+        # A current directory of its own: a job born in its cgroup starts in the
+        # spawning thread's (rbs.executor.supervisor_spawn).
+        private_fs()
+        try:
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._threads -= 1
+                        return
+                    run = self._queue.popleft()
+                try:
+                    run.start()
+                except BaseException as e:  # the loop fails the run with it
+                    self.starting[run].error = e
+                self._done.put(run)
+                with contextlib.suppress(BlockingIOError):  # full: the loop is woken already
+                    os.write(self._wake_w, b"\0")
+        finally:
+            end_private_fs()
 
     def state(self, run: SupervisedRun) -> Starting | None:
         """The run's `Starting` while its start is under way (any thread may ask)."""
