@@ -143,9 +143,10 @@ class RunFolders:
                 names = {e.name for e in it}
             if names != _PARTS and names != _PARTS - {"log.jsonl"}:
                 return False
-            for folder in (dirs.root, dirs.work, dirs.tmp):
-                if not self._as_made(os.lstat(folder)):
-                    return False
+            stats = [os.lstat(folder) for folder in (dirs.root, dirs.work, dirs.tmp)]
+            # One device: nothing mounted on work/ or tmp/ (a job as root may mount).
+            if not all(self._as_made(st) and st.st_dev == stats[0].st_dev for st in stats):
+                return False
             for folder in (dirs.work, dirs.tmp):
                 with os.scandir(folder) as it:
                     if next(it, None) is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -153,3 +155,37 @@ def test_done_folders_wait_for_a_batch_and_close_handles_them_at_once(
     asyncio.run(main())
     assert folders.free == 3
     assert all(p.name.startswith(FREE_PREFIX) for p in root.iterdir())
+
+
+def test_a_folder_with_something_mounted_on_it_is_not_handed_on(
+    tmp_path: Path, pool: ThreadPoolExecutor
+) -> None:
+    root = tmp_path / "jobs"
+    root.mkdir()
+    folders = RunFolders(root, pool, keep=4)
+    dirs = _run(folders, root, "1.1.0")
+    mounted = subprocess.run(
+        [
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "mode=" + oct(_mode_of(dirs))[2:],
+            "none",
+            str(dirs.tmp),
+        ],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        folders.handle([dirs])
+        assert folders.free == 0  # left for removal, which the mount refuses
+    finally:  # where the folder is now, handed on or not
+        for tmp in [dirs.tmp, *root.glob(f"{FREE_PREFIX}*/tmp")]:
+            if os.path.ismount(tmp):
+                subprocess.run(["umount", str(tmp)], check=True)
+
+
+def _mode_of(dirs: RunDirs) -> int:
+    return stat.S_IMODE(os.lstat(dirs.work).st_mode)
