@@ -3,10 +3,10 @@
 Drives `SupervisedRun` (the run supervisor's unit of work) on this thread with
 `rbs.executor.supervisor_solo.SoloRun`, without the supervisor process or a worker.
 For `true`, per backend, the median over RUNS of the wall time from start to its
-`Exited` and of this thread's CPU time (what the supervisor spends on the run: the
+`Exited` and of this process's CPU time (what the supervisor spends on the run: the
 cgroup, the spawn, the spool, the reap), with fresh groups and with groups kept for
-reuse (`CgroupPool`, as the supervisor runs them). The job's own CPU (its shim and
-`true`) is not in these figures; bench/worker_cpu.py measures it. Then a job printing
+reuse (`CgroupPool`, as the supervisor runs them). The job's own CPU (its shim, where
+one starts it, and `true`) is not in these figures; bench/worker_cpu.py measures it. Then a job printing
 LINES lines: lines spooled per second, and a `read_from` on that spool.
 
     .venv/bin/python bench/job_runner.py
@@ -50,11 +50,12 @@ def run_once(
         cpus=1.0,
         memory_bytes=256 << 20,
     )
-    t, c = time.perf_counter(), time.thread_time()
+    # This process's CPU, every thread: SoloRun starts the run on a thread of its own.
+    t, c = time.perf_counter(), time.process_time()
     exited = SoloRun(spec, backend).start().wait(600)
     if exited.state != "COMPLETED":
         raise SystemExit(f"run {n} ended {exited.state}: {exited.error}")
-    return time.perf_counter() - t, time.thread_time() - c
+    return time.perf_counter() - t, time.process_time() - c
 
 
 def _remove_scope(backend: CgroupBackend) -> None:

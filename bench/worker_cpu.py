@@ -7,10 +7,12 @@ the job's own work:
 
 - the worker daemon (`rbs remote worker`: its asyncio loop, gRPC's threads, its pool);
 - the run supervisor (its loop and spawn threads: cgroups, spawn, pipes, spool, reap);
-- each job's shim: the supervisor's reaped children (cutime + cstime) are the shim
-  (`/bin/sh`, which waits until the job is in its cgroup, then execs it) plus the
-  payload; the payload's own CPU, measured in the same run as the children CPU of
-  spawning `true` directly, N times, from this process, is taken off.
+- each job's start ("shim"): the supervisor's reaped children (cutime + cstime) are
+  the payload plus what starts it: a job born in its cgroup, the child's few steps
+  between its birth and the exec; where a shim starts the job (docs/design/
+  job-runner.md), the `/bin/sh` that waits until the job is in its cgroup, then execs
+  it. The payload's own CPU, measured in the same run as the children CPU of spawning
+  `true` directly, N times, from this process, is taken off.
 
 The server's CPU is not the worker's and is not counted. Prints medians over the
 runs and the load average. Goal (issue "Fast at scale"): <= 1.5 ms of worker CPU per

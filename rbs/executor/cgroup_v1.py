@@ -73,6 +73,8 @@ class V1Cgroup(JobCgroup):
             )
         )
         self._acct = None if acct is None else acct / "cpuacct.usage"
+        # A cpu limit's file and value, written again for a kept group's next job.
+        self.quota: tuple[Path, str] | None = None
 
     @property
     def fs(self) -> CgroupFs:
@@ -137,6 +139,11 @@ class V1Cgroup(JobCgroup):
                 if charged is None or charged > RECYCLE_MAX_CHARGE:
                     return False
                 self._fs.write(self._mem[0], "0")
+            if self.quota is not None:
+                # Its bandwidth afresh (the kernel refills a group whose quota is
+                # written): the next job, and the thread that spawns it standing in the
+                # group, never wait out a period its last job used up.
+                self._fs.write(*self.quota)
         except CgroupError:
             return False
         self._base, self._last = self._last, None
@@ -192,7 +199,13 @@ class V1Backend(CgroupBackend):
             with contextlib.suppress(CgroupError):
                 remove_groups(self.fs, made)
             raise
-        return V1Cgroup(self.fs, groups, unlimited_notes(limits, set(groups)), self.homes)
+        group = V1Cgroup(self.fs, groups, unlimited_notes(limits, set(groups)), self.homes)
+        if limits.cpus is not None and "cpu" in groups:
+            group.quota = (
+                groups["cpu"] / "cpu.cfs_quota_us",
+                str(limits.cpu_quota_us(CPU_PERIOD_US)),
+            )
+        return group
 
 
 def configure_v1(fs: CgroupFs, groups: Mapping[str, Path], limits: Limits) -> None:

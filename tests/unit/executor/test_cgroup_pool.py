@@ -47,9 +47,12 @@ def test_an_empty_group_is_reused_with_its_counters_from_zero(tmp_path: Path) ->
     assert (fresh.cpu_time_s, fresh.oom_kills) == (0.0, 0)
     _ran(again, cpu_ns=2_500_000_000, oom=1)
     assert (again.usage().cpu_time_s, again.usage().oom_kills) == (0.5, 0)
-    # Its limits were written once, when it was made.
+    # Its limits were written once, when it was made; its cpu quota again for each next
+    # job (the kernel refills the bandwidth a group's last job used up).
     limit_writes = [p for p, _ in fs.writes if p.name == "memory.limit_in_bytes"]
     assert len(limit_writes) == 1
+    quota_writes = [v for p, v in fs.writes if p.name == "cpu.cfs_quota_us"]
+    assert quota_writes == ["50000", "50000"]
 
 
 def test_groups_left_with_processes_or_charged_memory_are_removed(tmp_path: Path) -> None:
