@@ -66,12 +66,11 @@ class BulkRequest:
     `entries` are the digests' encoded fields as they came (the answer is made of them),
     `keys` their hashes' 32 bytes (`bytes.fromhex(hash)`), `codes` their sizes' varints read
     as little-endian integers (0 for the empty blob): rbs.cas.presence's `blob_key` and
-    `size_code`. `hashes` are the hex hashes as bytes."""
+    `size_code`."""
 
     instance_name: str
     digest_function: int
     entries: list[bytes]
-    hashes: list[bytes]
     keys: list[bytes]
     codes: list[int]
 
@@ -119,7 +118,7 @@ def read_request(data: bytes) -> BulkRequest | None:
         return None
     sizes: list[bytes] = list(map(operator.getitem, entries, repeat(_SIZE)))
     codes: list[int] = list(map(_from_bytes, sizes, repeat("little")))
-    return BulkRequest(name, function, entries, hashes, keys, codes)
+    return BulkRequest(name, function, entries, keys, codes)
 
 
 def missing_response(request: BulkRequest, present: list[bool]) -> bytes:

@@ -53,7 +53,7 @@ def _same_as_protobuf(data: bytes, got: BulkRequest) -> None:
     msg = re_pb2.FindMissingBlobsRequest.FromString(data)
     assert got.instance_name == msg.instance_name
     assert got.digest_function == msg.digest_function
-    assert [h.decode() for h in got.hashes] == [d.hash for d in msg.blob_digests]
+    assert [k.hex() for k in got.keys] == [d.hash for d in msg.blob_digests]
     assert got.keys == [blob_key(d.hash) for d in msg.blob_digests]
     assert [size_of_code(c) for c in got.codes] == [d.size_bytes for d in msg.blob_digests]
     assert got.codes == [size_code(d.size_bytes) for d in msg.blob_digests]
