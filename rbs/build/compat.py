@@ -8,20 +8,19 @@ BUILD file only when it uses select() or Label(), so plain BUILD files cost noth
 from __future__ import annotations
 
 import functools
-from importlib import resources
 from typing import Any
 
 import starlark as sl
 
 from rbs.build.lower import lower, private_names
-from rbs.build.starlark_env import RBS_DIALECT, prelude_text
+from rbs.build.starlark_env import RBS_DIALECT, prelude_text, shipped_text
 
 COMPAT_NAME = "<rbs compat>"
 
 
 @functools.cache
 def compat_text() -> str:
-    return resources.files("rbs.build").joinpath("compat.rbs").read_text()
+    return shipped_text("compat.rbs")
 
 
 @functools.cache

@@ -49,6 +49,7 @@ from rbs.build.workspace import Workspace, glob, missing_package, package_files
 
 log = logging.getLogger(__name__)
 
+_UNDEFINED = re.compile(r"^error: Variable `\w+` not found", re.MULTILINE)
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)\s*=\s*(rule|provider|aspect)\s*\(", re.MULTILINE)
 # load() targets of Bazel rule sets whose rules rbs provides itself (same names).
 COMPAT_MODULES = {"@rules_python//python:defs.bzl", "@rules_python//python:py_binary.bzl"}
@@ -413,16 +414,18 @@ class Loader:
         self.files_read[rel] = path
         pkg = Package(name=name, build_file=rel, source_lines=text.splitlines())
         requester = Label(package=name, name=path.name)
-        m = self._new_module(BUILD_FILE, requester)
-        loader = self._file_loader(requester)
         lowered, needs_compat = lower_build(text)
         prev, self._current = self._current, pkg
         self.deps.stack.append(name)
         try:
-            if needs_compat:
-                sl.eval(m, compat_ast(), GLOBALS)
-            sl.eval(m, BUILD_FILE.natives_ast(), GLOBALS, loader)
-            sl.eval(m, sl.parse(rel, lowered, BUILD_FILE.dialect), GLOBALS, loader)
+            try:
+                self._evaluate_build(requester, rel, lowered, needs_compat, text)
+            except sl.StarlarkError as e:
+                if _UNDEFINED.search(str(e)) is None or f"\n --> {rel}:" not in str(e):
+                    raise
+                # Names are resolved before any statement runs: evaluate the file again
+                # with every native rule in scope, which the error may suggest.
+                self._evaluate_build(requester, rel, lowered, needs_compat, None)
         except sl.StarlarkError as e:
             self.deps.stack.pop()
             inner, self.inner_error = self.inner_error, None
@@ -443,6 +446,17 @@ class Loader:
             self.deps.stack.pop()
         self.packages[name] = pkg
         return pkg
+
+    def _evaluate_build(
+        self, requester: Label, rel: str, lowered: str, needs_compat: bool, text: str | None
+    ) -> None:
+        # With the file's `text`, only the native rules it names are loaded.
+        m = self._new_module(BUILD_FILE, requester)
+        loader = self._file_loader(requester)
+        if needs_compat:
+            sl.eval(m, compat_ast(), GLOBALS)
+        sl.eval(m, BUILD_FILE.natives_ast(text), GLOBALS, loader)
+        sl.eval(m, sl.parse(rel, lowered, BUILD_FILE.dialect), GLOBALS, loader)
 
     def source_line(self, file: str, line: int) -> str | None:
         """Line `line` of a file named as in messages (workspace-relative or @repo//...)."""

@@ -13,7 +13,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -224,14 +224,41 @@ class FileKind:
             else:
                 module[name] = value
 
-    def natives_ast(self) -> Any:
-        """The `load()` of the native rules, parsed once per process."""
-        return _parsed(
-            (NATIVES_NAME, self.name),
-            NATIVES_NAME,
-            f"load({BUILTINS_MODULE!r}, {', '.join(repr(n) for n in self.natives)})\n",
-            self.dialect,
-        )
+    def natives_ast(self, text: str | None = None) -> Any:
+        """The `load()` of the native rules, parsed once per process. With the `text` of
+        the file, only the natives it may name (their names appear in it), each from the
+        module that defines it, so that a BUILD file of genrules loads no other rule
+        module; without it (or for a name the file uses but does not have), all of them
+        from BUILTINS_MODULE."""
+        if text is None:
+            names = self.natives
+            lines = [f"load({BUILTINS_MODULE!r}, {', '.join(repr(n) for n in names)})"]
+        else:
+            names = tuple(n for n in self.natives if n in text)
+            where = _native_modules()
+            by_module: dict[str, list[str]] = {}
+            for n in names:
+                module, remote = where.get(n, (BUILTINS_MODULE, n))
+                by_module.setdefault(module, []).append(f"{n} = {remote!r}")
+            lines = [f"load({mod!r}, {', '.join(ns)})" for mod, ns in by_module.items()]
+        key = "*" if text is None else ",".join(names)
+        text = "\n".join(lines) + "\n"
+        return _parsed((NATIVES_NAME, f"{self.name}:{key}"), NATIVES_NAME, text, self.dialect)
+
+
+@functools.cache
+def _native_modules() -> dict[str, tuple[str, str]]:
+    """Native rule name -> (the `@rbs//` module that defines it, its name there), from
+    BUILTINS_MODULE's own load() statements."""
+    from rbs.build.workspace import rules_root
+
+    path = rules_root() / BUILTINS_MODULE.removeprefix("@rbs//")
+    out: dict[str, tuple[str, str]] = {}
+    for ld in sl.parse(BUILTINS_MODULE, path.read_text(), RBS_DIALECT).loads():
+        module = "@rbs//" + ld.module_id.removeprefix(":")
+        for local, remote in ld.symbols.items():
+            out[local] = (module, remote)
+    return out
 
 
 BUILD_FILE = FileKind(
@@ -252,8 +279,21 @@ def _parsed(key: tuple[str, str], name: str, text: str, dialect: Any) -> Any:
     return ast
 
 
+@functools.cache
+def shipped_text(name: str) -> str:
+    """A Starlark file shipped as package data of rbs.build (prelude.rbs, compat.rbs):
+    read beside this module, where an installed package has it (importlib.resources
+    costs more than the read), else through importlib.resources."""
+    try:
+        return Path(__file__).with_name(name).read_text()
+    except OSError:
+        from importlib import resources
+
+        return resources.files("rbs.build").joinpath(name).read_text()
+
+
 def prelude_text() -> str:
-    return resources.files("rbs.build").joinpath("prelude.rbs").read_text()
+    return shipped_text("prelude.rbs")
 
 
 def prelude_ast() -> Any:
