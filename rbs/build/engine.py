@@ -26,6 +26,8 @@ from rbs.build.graph import BIN_DIR, EXEC_BIN_DIR, HOST_BIN_DIR, ActionGraph, Ac
 from rbs.build.state import BuildState, StatKey, out_key, signature
 from rbs.model import Digest, DigestFunction
 
+_SIGNAL_CHECK_S = 0.5  # how long Ctrl-C may wait when another thread received it
+
 log = logging.getLogger(__name__)
 OUT_BIN = "rbs-out/bin"
 OUT_HOST_BIN = "rbs-out/host/bin"
@@ -193,7 +195,9 @@ class Engine:
                 running[pool.submit(self._one, spec, checked, digests, report, i)] = i
             if not running:
                 break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            # With a timeout: a Ctrl-C the kernel hands to a worker thread (busy in a
+            # select()) only sets Python's flag, and the main thread sees it when it runs.
+            done, _ = wait(running, timeout=_SIGNAL_CHECK_S, return_when=FIRST_COMPLETED)
             for fut in done:
                 i = running.pop(fut)
                 spec = graph.actions[i]
