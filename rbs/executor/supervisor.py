@@ -36,7 +36,8 @@ import sys
 import time
 from pathlib import Path
 
-from rbs.executor.cgroup_base import CgroupBackend, CgroupError
+from rbs.executor import supervisor_setup
+from rbs.executor.cgroup_base import CgroupBackend
 from rbs.executor.cgroup_pool import CgroupPool
 from rbs.executor.cgroups import detect
 from rbs.executor.joblog import record_of
@@ -62,7 +63,7 @@ from rbs.executor.supervisor_proto import (
     encode,
     socket_address,
 )
-from rbs.executor.supervisor_run import PGID_FILE, SupervisedRun
+from rbs.executor.supervisor_run import SupervisedRun
 from rbs.executor.supervisor_spawn import private_fs
 from rbs.executor.supervisor_start import Starter, Starting, start_here
 from rbs.executor.telemetry import Sampler, interval_from_env
@@ -104,37 +105,13 @@ class Supervisor:
         self._private = private_fs()
         self.sampler = Sampler(interval_from_env())
         self.sel.register(self.starter.wake_r, selectors.EVENT_READ, "started")
-        self.listener = self._listen()
+        self.listener = supervisor_setup.listen(work_dir)
+        self.sel.register(self.listener, selectors.EVENT_READ, "listen")
 
     # ---- setup ------------------------------------------------------------------
 
     def sweep(self) -> None:
-        """Kill what a previous supervisor's runs left: nothing of them can be re-attached."""
-        try:
-            swept = self.backend.sweep()
-            if swept:
-                log.info("killed and removed %d job cgroup(s) left by a previous run", len(swept))
-        except CgroupError as e:
-            log.warning("could not sweep job cgroups left by a previous run: %s", e)
-        for pgid_file in (self.work_dir / "jobs").glob(f"*/{PGID_FILE}"):
-            with contextlib.suppress(OSError, ValueError):
-                os.killpg(int(pgid_file.read_text()), signal.SIGKILL)
-
-    def _listen(self) -> socket.socket:
-        path, dir_fd = socket_address(self.work_dir)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(path)
-            os.chmod(path, 0o600)  # the daemon's alone: a run must not ask for runs
-        finally:
-            if dir_fd is not None:
-                os.close(dir_fd)
-        sock.listen(4)
-        sock.setblocking(False)
-        self.sel.register(sock, selectors.EVENT_READ, "listen")
-        return sock
+        supervisor_setup.sweep(self.backend, self.work_dir)
 
     # ---- the loop ---------------------------------------------------------------
 
