@@ -41,7 +41,8 @@ from typing import BinaryIO, cast
 
 from rbs.cas import eviction, fileio, presence, transfer
 from rbs.cas.diskbatch import BatchableStore, DiskBatch, DiskWriter, make_exec_twin
-from rbs.cas.errors import BlobNotFound, CorruptBlob, DigestMismatch, StoreFull
+from rbs.cas.diskverify import VerifiedReads
+from rbs.cas.errors import BlobNotFound, DigestMismatch, StoreFull
 from rbs.cas.eviction import TOUCH_INTERVAL
 from rbs.cas.knowngood import KnownGood
 from rbs.cas.presence import PresenceIndex
@@ -53,12 +54,10 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE = 3 * 3600.0
 # Files up to this size are read whole and hashed before anything is written.
 SMALL_FILE = 4 << 20
-# Blobs up to this size are read whole while they are verified and served from memory.
-SMALL_READ = 1 << 20
 _counter = itertools.count()
 
 
-class DiskStore(BatchableStore):
+class DiskStore(VerifiedReads, BatchableStore):
     """Blobs as files under `root`; see the module docstring for layout and guarantees.
 
     `max_size` bounds the store: when a write takes it over, least recently used blobs
@@ -262,7 +261,7 @@ class DiskStore(BatchableStore):
                 self.index.removed(digest.function, digest.hash)
             return False
         if st.st_size != digest.size:
-            self.quarantine(digest)
+            self._other_size(path, digest)
             return False
         st = self._touch(path, st)
         if self.index is not None:
@@ -297,7 +296,7 @@ class DiskStore(BatchableStore):
                     index.removed(d.function, h)
                 continue
             if st.st_size != d.size:
-                self.quarantine(d)
+                self._other_size(path, d)
                 missing.append(d)
                 continue
             if st.st_mtime < stale_before:
@@ -342,61 +341,6 @@ class DiskStore(BatchableStore):
             f.close()
             return io.BytesIO(data)
         return cast(BinaryIO, io.BufferedReader(f, CHUNK))
-
-    def _verify_open(self, f: io.FileIO, path: str, digest: Digest) -> bytes | None:
-        """Check that the open blob file holds `digest`'s bytes before any is served:
-        hashed whole unless known good (see the module docstring). Returns the bytes
-        when it read a small blob whole to hash it, else None; raises CorruptBlob."""
-        fd = f.fileno()
-        st = os.fstat(fd)
-        if st.st_size != digest.size:
-            raise self._corrupt_read(digest)
-        if self._touch(path, st) is not st:
-            st = os.fstat(fd)
-        if self.known.holds(path, st):
-            return None
-        small = digest.size <= SMALL_READ
-        h, size, data = fileio.hash_fd(fd, digest.function, keep=small)
-        if (h, size) != (digest.hash, digest.size):
-            raise self._corrupt_read(digest)
-        # The stat from before hashing: a change made meanwhile moves mtime past it.
-        self.known.add(path, st)
-        return data if small else None
-
-    def _corrupt_read(self, digest: Digest) -> Exception:
-        self.quarantine(digest)
-        return CorruptBlob(digest, self.path_of(digest))
-
-    # Verification before hardlinking.
-
-    def _check_file(self, path: str, digest: Digest) -> bool:
-        """Whether the file at `path` holds `digest`'s bytes (hashing it unless this
-        process already found it good as it is now). False if it is absent."""
-        try:
-            f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed just below)
-        except FileNotFoundError:
-            return False
-        with f:
-            st = os.fstat(f.fileno())
-            if self._touch(path, st) is not st:
-                st = os.fstat(f.fileno())
-            if self.known.holds(path, st):
-                return True
-            if st.st_size == digest.size:
-                h, size, _ = fileio.hash_fd(f.fileno(), digest.function)
-                if (h, size) == (digest.hash, digest.size):
-                    self.known.add(path, st)
-                    return True
-        return self._corrupt(path, digest)
-
-    def _corrupt(self, path: str, digest: Digest) -> bool:
-        if path == self._exec_path(digest):
-            log.warning("removing modified executable copy %s of %s", path, digest)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            return False
-        self.quarantine(digest)
-        raise CorruptBlob(digest, Path(path))
 
     def export_file(
         self, digest: Digest, dest: Path, *, executable: bool = False, link: bool = True

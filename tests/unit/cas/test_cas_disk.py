@@ -218,3 +218,32 @@ def test_abandoned_writer_leaves_no_temp_file(disk: DiskStore) -> None:
     del w
     gc.collect()
     assert list(disk.tmp_dir.iterdir()) == []
+
+
+def test_asking_with_a_wrong_size_never_removes_a_good_blob(
+    disk: DiskStore, tmp_path: Path
+) -> None:
+    """A digest names its size; a client that gives another one asks for a blob the store
+    cannot have. It is missing, and the good blob stays (only a file whose bytes do not
+    hash to its name is removed)."""
+    d = disk.put(b"0123456789")
+    for size in (d.size - 1, d.size + 1, 0x7FFF_FFFF):
+        other = Digest(hash=d.hash, size=size, function=d.function)
+        assert disk.check_missing([other]) == [other]
+        assert disk.find_missing([other]) == [other]
+        assert not disk.contains(other)
+        with pytest.raises(BlobNotFound):
+            disk.open(other)
+        with pytest.raises(BlobNotFound):
+            disk.export_file(other, tmp_path / f"out-{size}", link=True)
+        assert disk.path_of(d).exists()
+    assert disk.find_missing([d]) == []
+    assert disk.get(d) == b"0123456789"
+
+
+def test_a_cut_file_asked_with_another_size_is_still_removed(disk: DiskStore) -> None:
+    d = disk.put(b"0123456789")
+    _corrupt(disk.path_of(d), b"01234")
+    other = Digest(hash=d.hash, size=7, function=d.function)
+    assert disk.check_missing([other]) == [other]
+    assert not disk.path_of(d).exists()
