@@ -213,7 +213,7 @@ class Analyzer(Reuse, CtxData, ActionHooks, AspectHooks):
         self._cur = cur
         prev_impl, self.loader.impl = self.loader.impl, self
         try:
-            data = self._ctx_data(target, deps, cur, self.loader.ctx_reads(target.rule))
+            data = self._ctx_data(target, deps, cur, self.ctx_reads(target.rule))
             data["toolchains"] = toolchains_for(self, target)
             result = self.loader.call_impl(target.rule, data)
         except sl.StarlarkError as e:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rbs.build.actions import Current
-from rbs.build.ctxreads import Reads
+from rbs.build.ctxreads import Reads, impl_reads
 from rbs.build.errors import BuildError
 from rbs.build.existing import features
 from rbs.build.graph import File, TargetInfo
@@ -16,6 +16,7 @@ from rbs.build.rules import (
     CTX_OUTPUT,
     CTX_PLAIN,
     AttrSpec,
+    RuleClass,
     Target,
 )
 from rbs.build.select import setting_value
@@ -52,6 +53,13 @@ class CtxData:
             predeclared: bool = False,
             directory: bool = False,
         ) -> File: ...
+
+    def ctx_reads(self, rule: RuleClass) -> Reads | None:
+        """What `rule`'s implementation can read of its ctx (None: anything)."""
+        reads = self.loader.impl_reads
+        if rule.key not in reads:
+            reads[rule.key] = impl_reads(rule.impl, self.loader.module_texts)
+        return reads[rule.key]
 
     def _ctx_data(
         self,

@@ -14,7 +14,7 @@ import starlark as sl
 from rbs.build import existing, handover
 from rbs.build.aspects import AspectClass, new_aspect
 from rbs.build.compat import compat_ast, lower_build, lower_module, skylib_module
-from rbs.build.ctxreads import Reads, impl_reads
+from rbs.build.ctxreads import Reads
 from rbs.build.errors import (
     BuildError,
     Location,
@@ -83,7 +83,7 @@ class Loader:
         self.packages: dict[str, Package] = {}
         self.files_read: dict[str, Path] = {}  # display path -> file (for the state cache)
         self.module_texts: dict[str, str] = {}  # display path -> the text evaluated
-        self._reads: dict[str, Reads | None] = {}  # rule key -> what its impl reads of ctx
+        self.impl_reads: dict[str, Reads | None] = {}  # rule key -> what its impl reads
         self.globbed: set[str] = set()  # packages whose folder listing was used
         self.dirs_read: list[str] = []  # folders listed (by glob or file lookups)
         self.deps = LoadDeps()  # what each package's loading read (rbs.build.pkgcache)
@@ -466,12 +466,6 @@ class Loader:
         except OSError:
             return None
         return lines[line - 1] if 0 < line <= len(lines) else None
-
-    def ctx_reads(self, rule: RuleClass) -> Reads | None:
-        """What `rule`'s implementation can read of its ctx (None: anything)."""
-        if rule.key not in self._reads:
-            self._reads[rule.key] = impl_reads(rule.impl, self.module_texts)
-        return self._reads[rule.key]
 
     def call_impl(self, rule: RuleClass, data: dict[str, Any]) -> Any:
         return handover.call_impl(self.modules[rule.module], rule.key, data)
