@@ -207,9 +207,9 @@ class JobHost:
         run = self._runs.get(getattr(msg, "lease_id", ""))
         if run is None:
             return
-        if isinstance(msg, Lines):
+        if isinstance(msg, Lines | Started | Exited) and msg.records:  # before the event
             self._on_lines(run, [line_of(r) for r in msg.records])
-        elif isinstance(msg, Started):
+        if isinstance(msg, Started):
             run.pid = msg.pid
             self._starts.add(run, msg.started_at)
             run.inputs.start(self.supervisor.send)  # what came before it

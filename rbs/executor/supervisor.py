@@ -27,6 +27,7 @@ Standard library only (plus rbs's own stdlib-only modules): it starts fast.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import selectors
@@ -224,8 +225,8 @@ class Supervisor:
             run.stdin.close()
         if run.exited is not None and not run.reported:
             run.reported = True
-            self._send_lines(run.spec.lease_id)
-            self._send(run.exited)
+            records = self._records(run.spec.lease_id)  # its last lines ride in it
+            self._send(dataclasses.replace(run.exited, records=records) if records else run.exited)
 
     # ---- the daemon's connection ------------------------------------------------
 
@@ -283,14 +284,17 @@ class Supervisor:
             return
         self.outbox += encode(msg)
 
-    def _send_lines(self, lease_id: str) -> None:
+    def _records(self, lease_id: str) -> tuple[dict[str, object], ...]:
+        """A run's pending lines as records, taken (none past MAX_OUTBOX: dropped)."""
         lines = self._pending_lines.pop(lease_id, None)
-        if lines:
-            self._send(Lines(lease_id=lease_id, records=tuple(record_of(ln) for ln in lines)))
+        if not lines or len(self.outbox) > MAX_OUTBOX:
+            return ()
+        return tuple(record_of(ln) for ln in lines)
 
     def _flush(self) -> None:
         for lease_id in list(self._pending_lines):
-            self._send_lines(lease_id)
+            if records := self._records(lease_id):
+                self._send(Lines(lease_id=lease_id, records=records))
         if self.conn is not None and self.outbox:
             self._write_conn()
 
@@ -412,8 +416,11 @@ class Supervisor:
                 self.sel.register(fd, selectors.EVENT_READ, (run, what))
         self._lines(run, st.lines)
         if run.pid is not None and st.error is None:
-            self._send_lines(lease_id)
-            self._send(Started(lease_id=lease_id, pid=run.pid, started_at=run.started_at or 0))
+            started_at = run.started_at or 0
+            records = self._records(lease_id)  # its header lines ride in it
+            self._send(
+                Started(lease_id=lease_id, pid=run.pid, started_at=started_at, records=records)
+            )
             if st.kill is not None:
                 run.kill(*st.kill, run.spec.grace_s, now)
         self._after(run)

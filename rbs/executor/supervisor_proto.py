@@ -9,7 +9,10 @@ starts in a fresh interpreter and must start fast.
 Requests (daemon -> supervisor): `StartRun`, `KillRun`, `Renew`, `ListRuns`, `Forget`,
 `Shutdown`, and for an interactive run `Input` (its stdin) and `SignalRun`.
 Events (supervisor -> daemon): `Started`, `Lines`, `Exited`, `Runs`, and a --pty run's
-raw terminal `Output`.
+raw terminal `Output`. A run's lines that are pending when its `Started` or `Exited`
+goes ride in that frame (`records`, before it in order), so a short job costs two
+frames, not four; a daemon takes `Lines` frames too (a supervisor of a version before
+this one sends only those, and a daemon re-attaches to it across an upgrade).
 """
 
 from __future__ import annotations
@@ -171,10 +174,13 @@ class SignalRun:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Started:
+    """The run's process is up; `records`: its lines (the header) that came before."""
+
     kind: ClassVar[str] = "started"
     lease_id: str
     pid: int
     started_at: float  # wall clock
+    records: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,7 +205,8 @@ class Output:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Exited:
     """How a run ended. `state` is a JobState value; `error` set when it never started;
-    `lapsed` when the supervisor stopped it because the lease ran out."""
+    `lapsed` when the supervisor stopped it because the lease ran out. `records`: its
+    last lines, those not sent yet (as a `Lines` before it would carry them)."""
 
     kind: ClassVar[str] = "exited"
     lease_id: str
@@ -215,6 +222,7 @@ class Exited:
     cgroup: str = ""
     error: str | None = None
     lapsed: bool = False
+    records: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -282,7 +290,9 @@ def _run_info(data: Mapping[str, Any]) -> RunInfo:
     d = dict(data)
     d["spec"] = _spec(d["spec"])
     if d.get("exited") is not None:
-        d["exited"] = Exited(**{k: v for k, v in d["exited"].items() if k != "kind"})
+        ex = {k: v for k, v in d["exited"].items() if k != "kind"}
+        ex["records"] = tuple(ex.get("records", ()))
+        d["exited"] = Exited(**ex)
     return RunInfo(**d)
 
 
@@ -323,8 +333,8 @@ def decode(data: bytes) -> Message:
             return StartRun(spec=_spec(body["spec"]))
         if cls is Runs:
             return Runs(runs=tuple(_run_info(r) for r in body["runs"]))
-        if cls is Lines:
-            return Lines(lease_id=body["lease_id"], records=tuple(body["records"]))
+        if "records" in body:  # Lines, or a Started or Exited with lines
+            body["records"] = tuple(body["records"])
         if cls is Input and body.get("winsize") is not None:
             body["winsize"] = tuple(body["winsize"])
         msg: Message = cls(**body)

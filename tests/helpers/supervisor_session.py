@@ -75,7 +75,7 @@ class Events:
         return [
             str(r["text"])
             for m in self.got
-            if isinstance(m, Lines) and m.lease_id == lease
+            if isinstance(m, Lines | Started | Exited) and m.lease_id == lease
             for r in m.records
             if r["s"] == stream
         ]

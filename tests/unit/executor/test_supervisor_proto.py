@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rbs.executor.supervisor_proto import (
@@ -54,8 +56,20 @@ MESSAGES = [
     Output(lease_id="12_3.1.0", data="JCAbWzBt"),
     SignalRun(lease_id="12_3.1.0", signal=2),
     Started(lease_id="12_3.1.0", pid=4242, started_at=1.5e9),
+    Started(
+        lease_id="12_3.1.0",
+        pid=4242,
+        started_at=1.5e9,
+        records=({"seq": 1, "t": 1.0, "s": "sys", "text": "job 12 task 3 attempt 1"},),
+    ),
     Lines(lease_id="12_3.1.0", records=({"seq": 1, "t": 1.0, "s": "out", "text": "héllo"},)),
     Exited(lease_id="12_3.1.0", state="OUT_OF_MEMORY", exit_code=None, signal=9, oom_kills=1),
+    Exited(
+        lease_id="12_3.1.0",
+        state="COMPLETED",
+        exit_code=0,
+        records=({"seq": 5, "t": 2.0, "s": "sys", "text": "ended COMPLETED"},),
+    ),
     Runs(
         runs=(
             RunInfo(spec=SPEC, pid=4242, started_at=1.0, acked=3),
@@ -79,6 +93,21 @@ def test_frames_in_one_read_come_out_in_order() -> None:
     assert [decode(b) for b in FrameReader().feed(data)] == MESSAGES
 
 
+def test_events_of_a_supervisor_before_lines_rode_in_them_are_read() -> None:
+    # A daemon re-attaches to the supervisor it finds, of the version before too: its
+    # Started and Exited carry no `records` (its lines came in Lines frames).
+    old = [
+        b'{"kind":"started","lease_id":"7.0.1","pid":9,"started_at":1.0}',
+        b'{"kind":"exited","lease_id":"7.0.1","state":"COMPLETED","exit_code":0,'
+        b'"signal":null,"kill_reason":null,"peak_memory_bytes":null,"oom_kills":0,'
+        b'"cpu_time_s":null,"started_at":1.0,"ended_at":2.0,"cgroup":"","error":null,'
+        b'"lapsed":false}',
+    ]
+    started, exited = (decode(b) for b in old)
+    assert started == Started(lease_id="7.0.1", pid=9, started_at=1.0)
+    assert isinstance(exited, Exited) and exited.records == () and exited.exit_code == 0
+
+
 def test_bad_frames_are_refused_with_a_reason() -> None:
     with pytest.raises(ProtocolError, match="over"):
         FrameReader().feed(HEADER.pack(MAX_FRAME + 1))
@@ -95,5 +124,5 @@ def test_reserved_plug_in_fields_are_named_when_set() -> None:
     assert RunSpec(**{**_fields(SPEC), "uid": 1000}).unsupported() == ["uid"]
 
 
-def _fields(spec: RunSpec) -> dict[str, object]:
+def _fields(spec: RunSpec) -> dict[str, Any]:
     return {name: getattr(spec, name) for name in RunSpec.__dataclass_fields__}
