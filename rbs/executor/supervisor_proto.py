@@ -296,31 +296,53 @@ def _run_info(data: Mapping[str, Any]) -> RunInfo:
     return RunInfo(**d)
 
 
-_FIELDS: dict[type[Any], tuple[str, ...]] = {}
+_ALWAYS = object()  # the default of a field that has none: always sent
+# Per message class: its fields and their defaults (`_fields_of`).
+_FIELDS: dict[type[Any], tuple[tuple[str, Any], ...]] = {}
 
 
-def _plain(value: Any) -> Any:
-    """A message's value as JSON types: shallow, unlike `dataclasses.asdict`, which
-    deep-copies every field (a cost per job here)."""
+def _field_defaults(cls: type[Any]) -> tuple[tuple[str, Any], ...]:
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out.append((f.name, f.default))
+        elif f.default_factory is not dataclasses.MISSING:
+            out.append((f.name, f.default_factory()))
+        else:
+            out.append((f.name, _ALWAYS))
+    return tuple(out)
+
+
+def _fields_of(value: Any) -> dict[str, Any]:
+    """A message (or a field's dataclass or mapping) as a dict for the JSON encoder,
+    which calls this for what it cannot write itself: shallow, and without the fields
+    at their defaults (the decoder's dataclass fills them in, so a supervisor of an
+    earlier version reads these frames too). Dicts, lists, tuples and strings (an
+    environment, log records) are written by the encoder's C code, not here."""
     cls = type(value)
-    if cls in (str, int, float, bool) or value is None:
-        return value
-    names = _FIELDS.get(cls)
-    if names is None and dataclasses.is_dataclass(value):
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(value))
-    if names is not None:
-        return {n: _plain(getattr(value, n)) for n in names}
-    if isinstance(value, Mapping):  # an environment: strings, no call per value
-        return {k: v if type(v) is str else _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [v if type(v) is str else _plain(v) for v in value]
-    return value
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        if not dataclasses.is_dataclass(value):
+            if isinstance(value, Mapping):
+                return dict(value)
+            raise TypeError(f"{cls.__name__} is not a supervisor message value")
+        fields = _FIELDS[cls] = _field_defaults(cls)
+    out = {}
+    for name, default in fields:
+        v = getattr(value, name)
+        if v is not default and v != default:
+            out[name] = v
+    return out
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_fields_of)
 
 
 def encode(msg: Message) -> bytes:
     """One frame: length, then the message as JSON with its kind."""
-    body = {"kind": msg.kind, **_plain(msg)}
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    body = _fields_of(msg)
+    body["kind"] = msg.kind
+    data = _ENCODER.encode(body).encode()
     return HEADER.pack(len(data)) + data
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -106,6 +107,18 @@ def test_events_of_a_supervisor_before_lines_rode_in_them_are_read() -> None:
     started, exited = (decode(b) for b in old)
     assert started == Started(lease_id="7.0.1", pid=9, started_at=1.0)
     assert isinstance(exited, Exited) and exited.records == () and exited.exit_code == 0
+
+
+def test_fields_at_their_defaults_are_left_out_and_filled_back_in() -> None:
+    body = json.loads(encode(StartRun(spec=SPEC))[HEADER.size :])
+    assert set(body["spec"]) == {
+        "lease_id", "argv", "env", "cwd", "spool", "key", "title", "cpus", "memory_bytes",
+        "gpus", "owner",
+    }  # fmt: skip
+    # A frame with every field (as an earlier version wrote it) reads the same.
+    full = dict(_fields(SPEC), argv=list(SPEC.argv), gpus=list(SPEC.gpus or ()))
+    old = json.dumps({"kind": "start", "spec": full}).encode()
+    assert decode(old) == StartRun(spec=SPEC)
 
 
 def test_bad_frames_are_refused_with_a_reason() -> None:
