@@ -335,15 +335,16 @@ def no_users_warning(*, worker: bool = False) -> str:
         if os.geteuid() == 0
         else "run the worker as root with --run-uids FIRST-LAST"
     )
-    subject, own = (
-        ("jobs and build actions run", "not uids of their own: they")
-        if worker
-        else ("the job runs", "not a uid of its own: it")
-    )
+    if not worker:  # in every job's log: short
+        return (
+            f"the job runs as the worker's own user ({who}): it can read the worker's token "
+            f"and CAS, other runs' files and /proc/PID/environ, and /tmp is shared; to "
+            f"isolate runs, {hint}"
+        )
     return (
-        f"{subject} as the worker's own user ({who}), {own} can read the worker's "
-        f"environment and files (its token, its CAS) and other runs' folders and "
-        f"/proc/PID/environ, and /tmp is shared; to isolate runs, {hint}"
+        f"jobs and build actions run as the worker's own user ({who}), not uids of their "
+        f"own: they can read the worker's environment and files (its token, its CAS) and "
+        f"other runs' folders and /proc/PID/environ, and /tmp is shared; to isolate runs, {hint}"
     )
 
 

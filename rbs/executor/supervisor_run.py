@@ -413,7 +413,6 @@ class SupervisedRun:
         if oom:
             limit = f" (memory limit {spec.memory_bytes} bytes)" if spec.memory_bytes else ""
             self._sys(f"out of memory: the kernel killed {oom} process(es){limit}")
-        self._sys(f"exited with code {code}" if code >= 0 else f"killed by {_signame(-code)}")
         if self.kill_reason == "timeout":
             state = "TIMEOUT"
         elif self.kill_reason is not None:
@@ -422,7 +421,10 @@ class SupervisedRun:
             state = "OUT_OF_MEMORY"
         else:
             state = "COMPLETED" if code == 0 else "FAILED"
-        self._sys(f"ended {state}: peak memory {peak} bytes, cpu {cpu or 0:.3f}s, wall {wall:.3f}s")
+        how = f"exit code {code}" if code >= 0 else f"killed by {_signame(-code)}"
+        self._sys(
+            f"ended {state}: {how}, peak memory {peak} bytes, cpu {cpu or 0:.3f}s, wall {wall:.3f}s"
+        )
         self._remove_cgroup()
         self._release()
         self._finish(

@@ -251,7 +251,7 @@ def test_without_run_uids_the_logs_say_which_guarantees_do_not_hold(
         client = cluster.client()
         job = client.submit(["true"])
         assert cluster.wait(job).state == "COMPLETED"
-        warned = [ln.text for ln in client.logs(job) if "not a uid of its own" in ln.text]
+        warned = [ln.text for ln in client.logs(job) if "to isolate runs" in ln.text]
         assert len(warned) == 1 and ln_ok(warned[0])
         assert any(
             "jobs and build actions run as the worker's own user (root), not uids of their own"

@@ -39,9 +39,9 @@ def test_jobs_after_others_start_clean_and_log_only_their_own_lines(
         assert len(out) == 1 and out[0].endswith("/work"), out  # nothing in work/ or tmp/
         lines = list(client.logs(probe))
         assert not any("first" in x.text or "touch" in x.text for x in lines)
-        assert any(x.stream == "sys" and "exited with code 0" in x.text for x in lines), [
-            (x.stream, x.text) for x in lines
-        ]
+        assert any(
+            x.stream == "sys" and "ended COMPLETED: exit code 0," in x.text for x in lines
+        ), [(x.stream, x.text) for x in lines]
     # Nothing of the messy runs is left on the worker once they are acknowledged.
     wait_for(
         "the done runs' folders to be handed on or removed",
