@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rbs.executor.joblog import LineSplitter
+from rbs.executor.jobsecrets import RawMasker
 from rbs.executor.supervisor_proto import Output
 from rbs.executor.supervisor_stdin import StdinFeed
 from rbs.model import LogStream
@@ -69,12 +70,18 @@ class Stdio:
         return StdinFeed(go_w) if stdin and go_w is not None else None
 
     def wrap(
-        self, fd: int, inner: LineSplitter, lease_id: str, send: Callable[[Output], None]
+        self,
+        fd: int,
+        inner: LineSplitter,
+        lease_id: str,
+        send: Callable[[Output], None],
+        masker: RawMasker | None = None,
     ) -> LineSplitter:
-        """The splitter for reader `fd`: the master's also sends each chunk raw."""
+        """The splitter for reader `fd`: the master's also sends each chunk raw (with
+        `masker`, its secrets masked: rbs.executor.jobsecrets.RawMasker)."""
         if fd != self.master:
             return inner
-        return CrSplitter(inner, lambda data: send(output_event(lease_id, data)))
+        return CrSplitter(inner, lambda data: send(output_event(lease_id, data)), masker)
 
 
 def stdio(pty: bool, go_r: int | None, shim: str, uid: int | None) -> Stdio:
@@ -165,15 +172,30 @@ class CrSplitter(LineSplitter):
     """A splitter for terminal output: each chunk to `raw` as read, and the lines of
     `inner` without the carriage return a terminal puts before each newline."""
 
-    def __init__(self, inner: LineSplitter, raw: Callable[[bytes], None]) -> None:
+    def __init__(
+        self, inner: LineSplitter, raw: Callable[[bytes], None], masker: RawMasker | None = None
+    ) -> None:
         self.inner = inner  # no super().__init__(): `inner` does the splitting
         self.raw = raw
+        self.masker = masker
+
+    @property
+    def due(self) -> float | None:
+        """When bytes the masker holds back go out (`release`), if it holds any."""
+        return self.masker.due if self.masker is not None else None
+
+    def release(self) -> None:
+        if self.masker is not None and (held := self.masker.release()):
+            self.raw(held)
 
     def feed(self, data: bytes) -> list[tuple[str, bool]]:
-        self.raw(data)
+        out = self.masker.feed(data) if self.masker is not None else data
+        if out:
+            self.raw(out)
         return [(_uncr(t, eol), eol) for t, eol in self.inner.feed(data)]
 
     def finish(self) -> list[tuple[str, bool]]:
+        self.release()
         return [(_uncr(t, eol), eol) for t, eol in self.inner.finish()]
 
 

@@ -30,6 +30,7 @@ from rbs.executor import jobsecrets, procs, runlimits, runuser, supervisor_spawn
 from rbs.executor.cgroup_base import CgroupBackend, CgroupError, JobCgroup, NullCgroup
 from rbs.executor.joblog import LineSplitter, LogSpool
 from rbs.executor.supervisor_proto import Exited, Output, RunSpec
+from rbs.executor.supervisor_pty import CrSplitter
 from rbs.executor.supervisor_stdin import StdinFeed
 from rbs.model import LogLine, LogStream
 
@@ -92,6 +93,7 @@ class SupervisedRun:
         self._backlog: list[tuple[LogStream, str, bool]] = []
         self._stalled_at = 0.0
         self.retry_at: float | None = None
+        self.terminal: CrSplitter | None = None  # a --pty run's, when it masks secrets
         self._pending_exit: Exited | None = None
         self.user = runuser.Seat(spec.users, spec.cwd)  # its uid, when the worker has some
         self.stdin: StdinFeed | None = None  # an interactive run's (spec.stdin)
@@ -244,10 +246,14 @@ class SupervisedRun:
         self.pid = pid
         self.started_at = time.time()
         self._start_mono = time.monotonic()
+        masker = jobsecrets.raw_masker(spec.secrets) if io.master is not None else None
         for fd, stream in io.readers:
             os.set_blocking(fd, False)
             split = jobsecrets.splitter(spec.max_line_chars, spec.secrets)
-            self.pipes[fd] = (stream, io.wrap(fd, split, spec.lease_id, self._raw))
+            split = io.wrap(fd, split, spec.lease_id, self._raw, masker)
+            self.pipes[fd] = (stream, split)
+            if isinstance(split, CrSplitter) and masker is not None:
+                self.terminal = split  # its masker's held bytes have a deadline
             self._watch(self, fd, "pipe")
         try:
             self.pidfd = os.pidfd_open(pid)
@@ -311,12 +317,15 @@ class SupervisedRun:
             self.cgroup.signal(sig)
 
     def next_wake(self) -> float | None:
-        times = (self.kill_at, self.drain_until, self.poll_at, self.retry_at)
+        held = self.terminal.due if self.terminal is not None else None
+        times = (self.kill_at, self.drain_until, self.poll_at, self.retry_at, held)
         wakes = [t for t in times if t is not None]
         return min(wakes) if wakes else None
 
     def tick(self, now: float) -> None:
         """Act on the deadlines that have passed."""
+        if self.terminal is not None and (due := self.terminal.due) is not None and now >= due:
+            self.terminal.release()
         if self.retry_at is not None and now >= self.retry_at:
             self._unstall(now)
         if self.kill_at is not None and now >= self.kill_at:

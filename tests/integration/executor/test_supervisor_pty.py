@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -94,5 +95,29 @@ def test_a_size_said_again_redraws_the_foreground_program(tmp_path: Path) -> Non
         await until("the exit", lambda: ev.exited(lease))
         ended = ev.exited(lease)
         assert ended is not None and ended.exit_code == 0, ended
+
+    run_session(tmp_path, body)
+
+
+def test_secrets_are_masked_in_what_the_terminal_gets(tmp_path: Path) -> None:
+    """The raw stream a --pty client sees is masked as the log is, also when the job
+    writes a value in pieces."""
+    lease = "4.1.0"
+    token = "hf_tty-s3cr3t-value"
+    script = (
+        'printf "token: %s\\n" "$TOKEN"; printf "hf_tty-"; printf "s3cr3t-value\\n"; '
+        "printf 'no secret here\\n'; read x"
+    )
+
+    async def body(client: SupervisorClient, ev: Events) -> None:
+        spec = interactive_spec(tmp_path, lease, script, pty=True)
+        client.send(StartRun(spec=dataclasses.replace(spec, secrets={"TOKEN": token})))
+        await until("the last line", lambda: b"no secret here" in ev.raw(lease))
+        raw = ev.raw(lease)
+        assert token.encode() not in raw and b"s3cr3t" not in raw, raw
+        assert raw.count(b"***") == 2, raw
+        assert "token: ***" in ev.lines(lease)
+        client.send(Input(lease_id=lease, data=b64(b"\r")))
+        await until("the exit", lambda: ev.exited(lease))
 
     run_session(tmp_path, body)
