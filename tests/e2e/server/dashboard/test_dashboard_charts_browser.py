@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from job_cluster_fixtures import one_worker_cluster
 from jobs_harness import JobCluster, wait_for
 from test_dashboard_browser import _external, _until, browser, shots
 
@@ -30,12 +31,8 @@ BURN = (
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[JobCluster]:
     monkeypatch.setenv("RBS_TELEMETRY_INTERVAL", "0.5")
-    c = JobCluster(tmp_path / "server")
-    try:
-        c.add_worker(tmp_path / "w1")
+    with one_worker_cluster(tmp_path) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_cpu_and_memory_charts_draw(

@@ -16,22 +16,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "jobs"))
 
 from dashboard_client import Browser, external_refs
+from job_cluster_fixtures import cluster
 from jobs_harness import JobCluster, wait_for
 from test_job_auth import AuthCluster
 
 from rbs.server.tokens import add_token
 
+__all__ = ["cluster"]
+
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[JobCluster]:
-    c = JobCluster(tmp_path / "server")
-    try:
-        c.add_worker(tmp_path / "w1")
-        yield c
-    finally:
-        c.stop()
 
 
 def base(c: JobCluster) -> str:

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "jobs"))
 
 from dashboard_client import Browser, external_refs
+from job_cluster_fixtures import one_worker_cluster
 from jobs_harness import JobCluster, wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -31,12 +32,8 @@ BURN = (
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[JobCluster]:
     # The worker's run supervisor reads the sampling interval from its environment.
     monkeypatch.setenv("RBS_TELEMETRY_INTERVAL", "0.5")
-    c = JobCluster(tmp_path / "server")
-    try:
-        c.add_worker(tmp_path / "w1")
+    with one_worker_cluster(tmp_path) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_job_page_charts_poll_the_samples_and_ship_uplot(

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from job_cluster_fixtures import one_worker_cluster
 from jobs_harness import JobCluster, wait_for
 
 from rbs.cli.job import job as job_cli
@@ -30,12 +31,8 @@ BURN = (
 def fast_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[JobCluster]:
     # The worker's supervisor (a child process) reads the interval from its environment.
     monkeypatch.setenv("RBS_TELEMETRY_INTERVAL", "0.5")
-    c = JobCluster(tmp_path / "server")
-    try:
-        c.add_worker(tmp_path / "w1")
+    with one_worker_cluster(tmp_path) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _busy(samples: list[dict[str, Any]], least: int = 1) -> list[dict[str, Any]]:
