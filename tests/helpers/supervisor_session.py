@@ -9,6 +9,7 @@ import base64
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from rbs.executor.supervisor_client import SupervisorClient
 from rbs.executor.supervisor_proto import (
@@ -23,8 +24,8 @@ from rbs.executor.supervisor_proto import (
 )
 
 
-def interactive_spec(tmp: Path, lease: str, script: str, *, pty: bool = False) -> RunSpec:
-    """A run of `sh -c SCRIPT` with its stdin open (and a terminal with pty), under TMP."""
+def run_spec(tmp: Path, lease: str, script: str, **kw: Any) -> RunSpec:
+    """A run of `sh -c SCRIPT` in its own folder under TMP (`kw`: other RunSpec fields)."""
     run = tmp / "jobs" / lease
     (run / "work").mkdir(parents=True)
     return RunSpec(
@@ -34,10 +35,14 @@ def interactive_spec(tmp: Path, lease: str, script: str, *, pty: bool = False) -
         cwd=str(run / "work"),
         spool=str(run / "log.jsonl"),
         key=lease,
-        grace_s=5.0,
-        stdin=True,
-        pty=pty,
+        grace_s=kw.pop("grace_s", 5.0),
+        **kw,
     )
+
+
+def interactive_spec(tmp: Path, lease: str, script: str, *, pty: bool = False) -> RunSpec:
+    """A run of `sh -c SCRIPT` with its stdin open (and a terminal with pty), under TMP."""
+    return run_spec(tmp, lease, script, stdin=True, pty=pty)
 
 
 async def until(what: str, check: Callable[[], object], timeout: float = 60) -> None:

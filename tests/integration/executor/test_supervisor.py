@@ -10,6 +10,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from supervisor_session import run_spec, until
+
 from rbs.executor.supervisor_client import SupervisorClient
 from rbs.executor.supervisor_proto import (
     Exited,
@@ -18,7 +20,6 @@ from rbs.executor.supervisor_proto import (
     Lines,
     Message,
     Renew,
-    RunSpec,
     Shutdown,
     Started,
     StartRun,
@@ -40,29 +41,6 @@ class Events:
             if isinstance(m, Lines | Started | Exited) and m.lease_id == lease
             for r in m.records
         ]
-
-
-def _spec(tmp: Path, lease: str, script: str, **kw: Any) -> RunSpec:
-    run = tmp / "jobs" / lease
-    (run / "work").mkdir(parents=True)
-    return RunSpec(
-        lease_id=lease,
-        argv=("sh", "-c", script),
-        env={"PATH": "/usr/bin:/bin"},
-        cwd=str(run / "work"),
-        spool=str(run / "log.jsonl"),
-        key=lease,
-        grace_s=kw.pop("grace_s", 5.0),
-        **kw,
-    )
-
-
-async def _until(what: str, check: Callable[[], object], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def _run(
@@ -92,8 +70,8 @@ def _run(
 
 def test_a_run_starts_logs_and_exits(tmp_path: Path) -> None:
     async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
-        client.send(StartRun(spec=_spec(tmp, "1.1.0", "echo out; echo err >&2; exit 3")))
-        await _until("the exit", lambda: events.exited("1.1.0"))
+        client.send(StartRun(spec=run_spec(tmp, "1.1.0", "echo out; echo err >&2; exit 3")))
+        await until("the exit", lambda: events.exited("1.1.0"))
         exited = events.exited("1.1.0")
         assert exited is not None and (exited.state, exited.exit_code) == ("FAILED", 3)
         assert any(isinstance(m, Started) and m.lease_id == "1.1.0" for m in events.got)
@@ -116,18 +94,18 @@ def test_a_run_starts_logs_and_exits(tmp_path: Path) -> None:
 def test_kill_and_a_lapsed_lease_stop_runs(tmp_path: Path) -> None:
     async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
         trap = 'trap "echo term; exit 1" TERM; echo trapped; sleep 60 & wait'
-        client.send(StartRun(spec=_spec(tmp, "2.1.0", trap)))
+        client.send(StartRun(spec=run_spec(tmp, "2.1.0", trap)))
         # The kill must find the trap set: wait for the line the script says after it.
-        await _until("the trap", lambda: "trapped" in [t for _, _, t in events.lines("2.1.0")])
+        await until("the trap", lambda: "trapped" in [t for _, _, t in events.lines("2.1.0")])
         client.send(KillRun(lease_id="2.1.0", reason="cancel", message="cancelled (scheduler)"))
-        await _until("the killed run's exit", lambda: events.exited("2.1.0"))
+        await until("the killed run's exit", lambda: events.exited("2.1.0"))
         killed = events.exited("2.1.0")
         assert killed is not None and (killed.state, killed.kill_reason) == ("CANCELLED", "cancel")
         assert "term" in [t for _, _, t in events.lines("2.1.0")]
         # A lease already past: the run is stopped and marked lapsed.
         client.send(Renew(until=time.monotonic() + 0.5, grace_s=0.5))
-        client.send(StartRun(spec=_spec(tmp, "3.1.0", "exec sleep 60")))
-        await _until("the lapsed run's exit", lambda: events.exited("3.1.0"))
+        client.send(StartRun(spec=run_spec(tmp, "3.1.0", "exec sleep 60")))
+        await until("the lapsed run's exit", lambda: events.exited("3.1.0"))
         lapsed = events.exited("3.1.0")
         assert lapsed is not None and lapsed.lapsed and lapsed.signal == 15
 
@@ -136,8 +114,8 @@ def test_kill_and_a_lapsed_lease_stop_runs(tmp_path: Path) -> None:
 
 def test_a_spec_asking_for_what_is_not_built_is_refused(tmp_path: Path) -> None:
     async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
-        client.send(StartRun(spec=_spec(tmp, "4.1.0", "true", uid=1000)))  # the pool's alone
-        await _until("the refusal", lambda: events.exited("4.1.0"))
+        client.send(StartRun(spec=run_spec(tmp, "4.1.0", "true", uid=1000)))  # the pool's alone
+        await until("the refusal", lambda: events.exited("4.1.0"))
         refused = events.exited("4.1.0")
         assert refused is not None and refused.state == "FAILED"
         assert refused.error is not None and "does not support uid" in refused.error
@@ -158,9 +136,9 @@ def test_a_job_is_born_in_its_cgroup_and_the_supervisor_stays_in_its_own(tmp_pat
     async def main(client: SupervisorClient, events: Events, tmp: Path) -> None:
         for n in range(3):  # a fresh group, then kept ones
             lease = f"5.1.{n}"
-            spec = _spec(tmp, lease, "cat /proc/self/cgroup", memory_bytes=64 << 20, cpus=1.0)
+            spec = run_spec(tmp, lease, "cat /proc/self/cgroup", memory_bytes=64 << 20, cpus=1.0)
             client.send(StartRun(spec=spec))
-            await _until("the exit", lambda lease=lease: events.exited(lease))  # type: ignore[misc]
+            await until("the exit", lambda lease=lease: events.exited(lease))  # type: ignore[misc]
             exited = events.exited(lease)
             assert exited is not None and exited.state == "COMPLETED"
             job = [t for _, s, t in events.lines(lease) if s == "out"]
