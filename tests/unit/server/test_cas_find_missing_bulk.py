@@ -15,6 +15,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pbwire import field, varint
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.cas.digests import digest_to_pb
@@ -89,38 +90,22 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         w.store.close()
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= (1 << 64) - 1
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, wire: int, payload: bytes) -> bytes:
-    if wire == 2:
-        return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-    return _varint(number << 3 | wire) + payload
-
-
 def _digest(d: re_pb2.Digest, how: str) -> bytes:
-    h, s = _field(1, 2, d.hash.encode()), _field(2, 0, _varint(d.size_bytes))
+    h, s = field(1, 2, d.hash.encode()), field(2, 0, varint(d.size_bytes))
     if how == "canonical":
         return bytes(d.SerializeToString())
     return {
         "size first": s + h,
-        "zero size written": h + _field(2, 0, b"\x00"),
-        "long varint": h + _field(2, 0, _varint(d.size_bytes) + b"\x80\x00")[:-2] + b"\x80\x00"
+        "zero size written": h + field(2, 0, b"\x00"),
+        "long varint": h + field(2, 0, varint(d.size_bytes) + b"\x80\x00")[:-2] + b"\x80\x00"
         if d.size_bytes
-        else h + _field(2, 0, b"\x80\x00"),
-        "unknown field": h + s + _field(7, 0, b"\x01"),
-        "uppercase": _field(1, 2, d.hash.upper().encode()) + s,
-        "short hash": _field(1, 2, d.hash[:40].encode()) + s,
-        "not hex": _field(1, 2, b"g" * 64) + s,
-        "negative": h + _field(2, 0, _varint(-5)),
-        "digits only": _field(1, 2, b"1" * 64) + s,
+        else h + field(2, 0, b"\x80\x00"),
+        "unknown field": h + s + field(7, 0, b"\x01"),
+        "uppercase": field(1, 2, d.hash.upper().encode()) + s,
+        "short hash": field(1, 2, d.hash[:40].encode()) + s,
+        "not hex": field(1, 2, b"g" * 64) + s,
+        "negative": h + field(2, 0, varint(-5)),
+        "digits only": field(1, 2, b"1" * 64) + s,
     }[how]
 
 
@@ -144,24 +129,24 @@ def requests(draw: st.DrawFn, pool: list[re_pb2.Digest]) -> tuple[bytes, bool]:
     hows = [
         draw(st.sampled_from(HOWS)) if draw(st.integers(0, 9)) == 0 else "canonical" for _ in ds
     ]
-    parts = [_field(2, 2, _digest(d, how)) for d, how in zip(ds, hows, strict=True)]
+    parts = [field(2, 2, _digest(d, how)) for d, how in zip(ds, hows, strict=True)]
     name = draw(st.sampled_from(["", "", "ci", "nope"]))
     fn = draw(st.sampled_from([0, 0, DF.SHA256, DF.BLAKE3, DF.BLAKE3, DF.SHA1, 77, 300]))
     canonical = all(h == "canonical" for h in hows) and fn < 128
     odd = draw(st.sampled_from(["none", "none", "order", "unknown", "twice", "cut"]))
     if name:
-        parts.insert(0, _field(1, 2, name.encode()))
+        parts.insert(0, field(1, 2, name.encode()))
     if fn:
-        parts.append(_field(3, 0, _varint(fn)))
+        parts.append(field(3, 0, varint(fn)))
     if odd == "order" and len(parts) > 1:
         parts.insert(0, parts.pop())
         canonical = False
     elif odd == "unknown":
-        parts.insert(draw(st.integers(0, len(parts))), _field(15, 2, b"x"))
+        parts.insert(draw(st.integers(0, len(parts))), field(15, 2, b"x"))
         canonical = False
     elif odd == "twice":
-        parts.insert(0, _field(1, 2, b"nope"))
-        parts.append(_field(3, 0, _varint(DF.SHA256)))
+        parts.insert(0, field(1, 2, b"nope"))
+        parts.append(field(3, 0, varint(DF.SHA256)))
         canonical = False
     data = b"".join(parts)
     if odd == "cut" and data:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pbwire import field, varint
 
 from rbs._proto.build.bazel.remote.execution.v2 import remote_execution_pb2 as re_pb2
 from rbs.cas.presence import blob_key, size_code, size_of_code
@@ -31,22 +32,6 @@ requests = st.builds(
     ),
     st.integers(0, 127),
 )
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= (1 << 64) - 1
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, wire: int, payload: bytes) -> bytes:
-    if wire == 2:
-        return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-    return _varint(number << 3 | wire) + payload
 
 
 def _same_as_protobuf(data: bytes, got: BulkRequest) -> None:
@@ -82,19 +67,19 @@ def test_every_canonical_request_is_read_as_protobuf_reads_it(
 
 # Ways to write a request that protobuf accepts (or refuses) but that is not canonical.
 def _odd_digest(d: re_pb2.Digest, how: str) -> bytes:
-    h = _field(1, 2, d.hash.encode())
-    s = _field(2, 0, _varint(d.size_bytes))
+    h = field(1, 2, d.hash.encode())
+    s = field(2, 0, varint(d.size_bytes))
     return {
         "size first": s + h,
-        "zero size written": h + _field(2, 0, b"\x00"),
+        "zero size written": h + field(2, 0, b"\x00"),
         "long varint": h
-        + _field(2, 0, _varint(d.size_bytes)[:-1] + bytes([_varint(d.size_bytes)[-1] | 0x80, 0])),
-        "unknown field": h + s + _field(7, 0, b"\x01"),
-        "hash twice": _field(1, 2, b"b" * 64) + h + s,
-        "uppercase": _field(1, 2, d.hash.upper().encode()) + s,
-        "short hash": _field(1, 2, d.hash[:40].encode()) + s,
-        "not utf-8": _field(1, 2, b"\xff" * 64) + s,
-        "negative": h + _field(2, 0, _varint(-5)),
+        + field(2, 0, varint(d.size_bytes)[:-1] + bytes([varint(d.size_bytes)[-1] | 0x80, 0])),
+        "unknown field": h + s + field(7, 0, b"\x01"),
+        "hash twice": field(1, 2, b"b" * 64) + h + s,
+        "uppercase": field(1, 2, d.hash.upper().encode()) + s,
+        "short hash": field(1, 2, d.hash[:40].encode()) + s,
+        "not utf-8": field(1, 2, b"\xff" * 64) + s,
+        "negative": h + field(2, 0, varint(-5)),
         "plain": h + s,
     }[how]
 
@@ -116,15 +101,15 @@ HOWS = [
 @st.composite
 def odd_requests(draw: st.DrawFn) -> bytes:
     ds = draw(st.lists(digests, max_size=8))
-    parts = [_field(2, 2, _odd_digest(d, draw(st.sampled_from(HOWS)))) for d in ds]
+    parts = [field(2, 2, _odd_digest(d, draw(st.sampled_from(HOWS)))) for d in ds]
     name = draw(st.sampled_from(["", "ci", "é"]))
     fn = draw(st.integers(0, 300))
     if name:
-        parts.insert(draw(st.integers(0, len(parts))), _field(1, 2, name.encode()))
+        parts.insert(draw(st.integers(0, len(parts))), field(1, 2, name.encode()))
     if fn:
-        parts.insert(draw(st.integers(0, len(parts))), _field(3, 0, _varint(fn)))
+        parts.insert(draw(st.integers(0, len(parts))), field(3, 0, varint(fn)))
     if draw(st.booleans()):
-        parts.insert(draw(st.integers(0, len(parts))), _field(15, 2, b"unknown"))
+        parts.insert(draw(st.integers(0, len(parts))), field(15, 2, b"unknown"))
     data = b"".join(parts)
     cut = draw(st.one_of(st.none(), st.integers(0, max(0, len(data) - 1))))
     return data if cut is None else data[:cut]
@@ -165,7 +150,7 @@ def test_the_joined_answer_is_what_protobuf_writes(
 def test_size_codes_are_the_sizes_varints() -> None:
     for size in [0, 1, 127, 128, 300, 16383, 16384, 1 << 35, (1 << 63) - 1]:
         code = size_code(size)
-        assert code == int.from_bytes(_varint(size), "little")
+        assert code == int.from_bytes(varint(size), "little")
         assert size_of_code(code) == size
 
 
@@ -177,5 +162,5 @@ def test_a_non_canonical_request_is_left_to_protobuf() -> None:
     reordered = data[-2:] + data[:-2]  # digest_function first
     assert read_request(reordered) is None
     assert decode_request(reordered) == canonical
-    assert read_request(data + _field(9, 0, b"\x01")) is None  # an unknown field
-    assert read_request(_field(2, 2, _odd_digest(d, "zero size written"))) is None
+    assert read_request(data + field(9, 0, b"\x01")) is None  # an unknown field
+    assert read_request(field(2, 2, _odd_digest(d, "zero size written"))) is None
