@@ -98,6 +98,14 @@ class _Open(NamedTuple):
         return self.n >= CHUNK_LINES or len(self.raw) >= CHUNK_RAW
 
 
+def _rollback(db: sqlite3.Connection) -> None:
+    """End a failed write's transaction; SQLite may have rolled it back already (it does
+    when the disk is full)."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
 def _remember(cache: dict[K, V], key: K, value: V, size: int = _CACHED) -> None:
     """Keep `value` under `key`, forgetting the oldest entry past `size`."""
     cache.pop(key, None)
@@ -237,10 +245,7 @@ class JobLogs:
             )
             db.execute("COMMIT")
         except BaseException:
-            # SQLite may have rolled back already (it does when the disk is full).
-            if db.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
+            _rollback(db)
             self._next.pop(job_id, None)
             self._open.pop(job_id, None)
             raise
@@ -320,9 +325,7 @@ class JobLogs:
             after = self._merge(job_id, opened)
             db.execute("COMMIT")
         except BaseException:
-            if db.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
+            _rollback(db)
             self._open.pop(job_id, None)
             raise
         if after is None:
